@@ -1,0 +1,1 @@
+"""Example workflows and graders bundled with osmo-run (see configs/ and datasets/)."""

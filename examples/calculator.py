@@ -1,0 +1,98 @@
+"""A calculator "agent" that needs no model, and an exact-match grader.
+
+The workflow finds the arithmetic expression in the prompt, calls a calculator tool and
+answers with the result, recording the tool call like an LLM agent would. It exists to
+show osmo-run's behaviour on a run that mixes successes and every kind of failure:
+
+* a division by zero raises ``ZeroDivisionError``            -> agent_error
+* a prompt with no expression raises ``ValueError``         -> validation_error
+* ``metadata.think_sec`` longer than the agent timeout       -> timeout
+* a label that is not a number makes the grader raise        -> validation_error (grader)
+* a row without a label is not graded, and says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import operator
+import re
+
+from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput, Grader, GraderContext
+
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+}
+_EXPRESSION = re.compile(r"[-+*/().\d\s^]*\d[-+*/().\d\s^]*")
+
+
+def calculate(expression: str) -> float:
+    """Evaluate ``+ - * / ** ( )`` over numbers; raise ``ValueError`` for anything else."""
+
+    def evaluate(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.left), evaluate(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.operand))
+        raise ValueError(f"unsupported expression: {expression!r}")
+
+    return evaluate(ast.parse(expression.replace("^", "**"), mode="eval").body)
+
+
+def find_expression(text: str) -> str:
+    """The longest arithmetic expression in ``text``; ``ValueError`` if there is none."""
+    candidates = [m.group().strip() for m in _EXPRESSION.finditer(text)]
+    candidates = [c for c in candidates if re.search(r"\d\s*[-+*/^]\s*[-(\d]", c)]
+    if not candidates:
+        raise ValueError("the prompt holds no arithmetic expression")
+    return max(candidates, key=len).rstrip("?. ")
+
+
+class CalculatorWorkflow(AgentWorkflow):
+    """Answers arithmetic questions with a calculator tool call."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        question = ctx.prompt[-1]["content"]
+        await asyncio.sleep(float(ctx.metadata.get("think_sec", 0.0)))
+        expression = find_expression(question)
+        value = calculate(expression)
+        answer = f"{value:g}"
+        messages = [
+            *ctx.prompt,
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {
+                            "name": "calculate",
+                            "arguments": f'{{"expression": "{expression}"}}',
+                        },
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": answer},
+            {"role": "assistant", "content": f"The answer is {answer}."},
+        ]
+        return AgentWorkflowOutput(messages=messages, metrics={"tool_calls": 1})
+
+
+class ExactMatchGrader(Grader):
+    """Reward 1.0 when the last number in the final answer equals the label, else 0.0."""
+
+    async def grade(self, ctx: GraderContext) -> float:
+        expected = float(ctx.label)  # a label that is not a number is a validation error
+        assert ctx.sample is not None and ctx.sample.messages, "the workflow produced no messages"
+        final = ctx.sample.messages[-1].get("content") or ""
+        numbers = re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", final)
+        got = float(numbers[-1]) if numbers else None
+        return 1.0 if got is not None and abs(got - expected) < 1e-9 else 0.0

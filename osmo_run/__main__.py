@@ -1,0 +1,5 @@
+"""``python -m osmo_run`` runs the command line."""
+
+from osmo_run.cli import main
+
+main()

@@ -1,0 +1,61 @@
+"""The contract every execution backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from osmo_run.sdk._rollout import ResultCallback
+from osmo_run.sdk.types import ExecutionRequest
+
+ProgressListener = Callable[[str, str], None]
+"""Called as ``listener(rollout_id, phase)`` when a rollout enters a backend-specific phase
+(``running``, ``environment``, ``agent``, ``verifier``...), for the live display."""
+
+__all__ = ["ExecutionBackend", "ProgressListener", "ResultCallback"]
+
+
+class ExecutionBackend(ABC):
+    """Runs one :class:`ExecutionRequest` at a time per call; callers run many concurrently.
+
+    Contract of :meth:`execute`:
+
+    * ``on_workflow_complete(result)`` is called exactly once, when the workflow phase
+      ends. Its ``status`` is ``GRADING`` when a grader runs next, otherwise terminal.
+    * ``on_grader_complete(result)`` is called exactly once with the final result when
+      the grader ran. When the caller passes ``None``, the backend grades anyway and
+      delivers the final result through ``on_workflow_complete`` alone (called once).
+    * Failures of the rollout are results, not exceptions. ``execute`` raises only when the
+      caller cancels it (``asyncio.CancelledError``) or on a bug in the backend.
+    """
+
+    _progress: ProgressListener | None = None
+
+    @abstractmethod
+    async def execute(
+        self,
+        request: ExecutionRequest,
+        on_workflow_complete: ResultCallback,
+        on_grader_complete: ResultCallback | None = None,
+    ) -> None: ...
+
+    @property
+    @abstractmethod
+    def max_concurrency(self) -> int:
+        """How many ``execute`` calls make progress at once; ``0`` means no limit."""
+
+    def health(self) -> dict[str, Any]:
+        """Backend health and load for humans and monitors; at least ``{"status": ...}``."""
+        return {"status": "ok"}
+
+    def set_progress_listener(self, listener: ProgressListener | None) -> None:
+        """Receive phase changes of in-flight rollouts (optional for backends to report)."""
+        self._progress = listener
+
+    def _report_progress(self, rollout_id: str, phase: str) -> None:
+        if self._progress is not None:
+            self._progress(rollout_id, phase)
+
+    async def aclose(self) -> None:  # noqa: B027 -- optional hook; most backends hold nothing
+        """Release what the backend holds (images, servers). Called once when a run ends."""

@@ -1,0 +1,241 @@
+"""Stream a JSONL dataset into :class:`ExecutionRequest` objects.
+
+Two row styles are accepted:
+
+* osmosis columns: ``user_prompt`` (and optional ``system_prompt``), ``ground_truth`` or
+  ``label``, ``metadata`` (an object or a JSON string of one);
+* chat: ``messages`` or ``prompt`` (a message list, or a string for one user message),
+  plus ``label``.
+
+An optional ``id`` names the row; otherwise its line number does. Other columns are
+kept in the row's metadata. Blank lines are skipped. Reading never holds more than one
+line in memory, except the set of explicit ids used to refuse duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from osmo_run.errors import DatasetError
+from osmo_run.sdk.types import ExecutionRequest
+
+_KNOWN = frozenset(
+    {
+        "id",
+        "messages",
+        "prompt",
+        "user_prompt",
+        "system_prompt",
+        "label",
+        "ground_truth",
+        "metadata",
+    }
+)
+_MAX_ID_LENGTH = 128
+
+
+@dataclass
+class DatasetRow:
+    """One selected line: ``request`` when it parsed, else ``error`` (file:line: reason)."""
+
+    index: int
+    line: int
+    row_id: str
+    request: ExecutionRequest | None
+    error: str | None = None
+
+
+class _RowError(ValueError):
+    pass
+
+
+def _check_id(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise _RowError(f"'id' must be a string or an integer, got {type(value).__name__}")
+    row_id = str(value)
+    if (
+        not row_id
+        or row_id in {".", ".."}
+        or "/" in row_id
+        or "\\" in row_id
+        or "\x00" in row_id
+        or len(row_id) > _MAX_ID_LENGTH
+    ):
+        raise _RowError(
+            f"'id' {row_id[:40]!r} must be 1-{_MAX_ID_LENGTH} characters without '/', '\\' "
+            "and not '.' or '..' (it names directories)"
+        )
+    return row_id
+
+
+def _messages(value: object, column: str) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise _RowError(f"'{column}' must be a non-empty list of messages or a string")
+    for i, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise _RowError(f'\'{column}[{i}]\' must be an object like {{"role": "user", ...}}')
+        if not isinstance(message.get("role"), str):
+            raise _RowError(f"'{column}[{i}]' has no string 'role'")
+    return value
+
+
+def _prompt(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    for column in ("messages", "prompt"):
+        if column in obj:
+            return _messages(obj[column], column)
+    user = obj.get("user_prompt")
+    if user is None:
+        raise _RowError("row has no prompt: give 'messages', 'prompt' or 'user_prompt'")
+    if not isinstance(user, str):
+        raise _RowError(f"'user_prompt' must be a string, got {type(user).__name__}")
+    system = obj.get("system_prompt")
+    if system is not None and not isinstance(system, str):
+        raise _RowError(f"'system_prompt' must be a string, got {type(system).__name__}")
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": user})
+    return messages
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    if isinstance(metadata, str) and metadata.strip():
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            raise _RowError("'metadata' is a string but not a JSON object") from None
+    if metadata is None or metadata == "":
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise _RowError(f"'metadata' must be an object, got {type(metadata).__name__}")
+    extra = {k: v for k, v in obj.items() if k not in _KNOWN and k not in metadata}
+    return {**metadata, **extra} if extra else metadata
+
+
+def _label(obj: dict[str, Any]) -> Any:
+    label = obj.get("label", obj.get("ground_truth"))
+    return None if label == "" else label
+
+
+def parse_row(
+    obj: object,
+    line: int,
+    agent_timeout_sec: float | None,
+    grader_timeout_sec: float | None,
+) -> ExecutionRequest:
+    """Turn one decoded JSON line into a request; raise ``ValueError`` saying what is wrong."""
+    if not isinstance(obj, dict):
+        raise _RowError(f"a row must be a JSON object, got {type(obj).__name__}")
+    row_id = _check_id(obj["id"]) if "id" in obj else str(line)
+    return ExecutionRequest(
+        id=row_id,
+        prompt=_prompt(obj),
+        label=_label(obj),
+        metadata=_metadata(obj),
+        agent_timeout_sec=agent_timeout_sec,
+        grader_timeout_sec=grader_timeout_sec,
+    )
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for non-blank lines; :class:`DatasetError` on bad bytes."""
+    try:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                yield number, _decode(path, number, raw)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: dataset file not found") from None
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: is a directory; pass a .jsonl file") from None
+    except PermissionError as exc:
+        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror}") from None
+
+
+def _decode(path: Path, number: int, raw: bytes) -> str:
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte-order mark says nothing about the rows
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8"
+        ) from None
+
+
+class Dataset:
+    """A JSONL file read lazily, as often as needed (validation pass, then the run).
+
+    ``limit`` keeps the first N rows. Timeouts are copied into every request.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        agent_timeout_sec: float | None = None,
+        grader_timeout_sec: float | None = None,
+        limit: int | None = None,
+    ) -> None:
+        self.path = path
+        self._agent_timeout_sec = agent_timeout_sec
+        self._grader_timeout_sec = grader_timeout_sec
+        self._limit = limit
+
+    def rows(self) -> Iterator[DatasetRow]:
+        """Yield every selected row, bad ones with ``error`` set, in file order."""
+        lines = (item for item in _lines(self.path) if item[1].strip())
+        for index, (number, text) in enumerate(lines):
+            if self._limit is not None and index >= self._limit:
+                return
+            try:
+                obj = json.loads(text)
+                request = parse_row(obj, number, self._agent_timeout_sec, self._grader_timeout_sec)
+                yield DatasetRow(index, number, request.id, request)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                reason = (
+                    f"not valid JSON ({exc.msg}, column {exc.colno})"
+                    if isinstance(exc, json.JSONDecodeError)
+                    else "JSON nested too deeply"
+                )
+                yield DatasetRow(
+                    index, number, str(number), None, f"{self.path}:{number}: {reason}"
+                )
+            except _RowError as exc:
+                row_id = str(obj.get("id", number)) if isinstance(obj, dict) else str(number)
+                yield DatasetRow(index, number, row_id, None, f"{self.path}:{number}: {exc}")
+
+    def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
+        """Read every selected row once; return ``(row_count, problems)``.
+
+        Raises :class:`DatasetError` for an empty dataset, duplicate ids, and, when
+        ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
+        """
+        count = 0
+        problems: list[str] = []
+        seen: dict[str, int] = {}
+        for row in self.rows():
+            count += 1
+            if row.error is not None:
+                if stop_on_error:
+                    raise DatasetError(
+                        f"{row.error}\n(nothing was run; fix the line, or pass --bad-rows record "
+                        "to record bad rows as validation errors and run the rest)"
+                    )
+                problems.append(row.error)
+                continue
+            if row.row_id == str(row.line):
+                continue  # a line-number id is unique; remembering it would cost memory per row
+            if row.row_id in seen:
+                raise DatasetError(
+                    f"{self.path}:{row.line}: duplicate id {row.row_id!r} "
+                    f"(first at line {seen[row.row_id]}); ids must be unique"
+                )
+            seen[row.row_id] = row.line
+        if count == 0:
+            raise DatasetError(f"{self.path}: the dataset has no rows")
+        return count, problems

@@ -1,0 +1,265 @@
+"""What a person sees while a run goes and when it ends.
+
+The runner talks to a :class:`Display`; :func:`make_display` picks the live table on a
+terminal and plain lines elsewhere (CI logs), so the runner never knows which.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from typing import IO, Protocol
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from osmo_run.run.summary import RunSummary
+from osmo_run.sdk.types import ExecutionResult, RolloutStatus
+
+_STATUS_STYLE = {"success": "green", "failure": "red", "cancelled": "yellow"}
+
+
+class Display(Protocol):
+    """Receives run events on the event loop thread; every method must return quickly."""
+
+    def start(self, total: int, description: str) -> None: ...
+    def row_started(self, row_id: str) -> None: ...
+    def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_finished(self, result: ExecutionResult) -> None: ...
+    def message(self, text: str) -> None: ...
+    def tick(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.total = 0
+        self.done = 0
+        self.ok = 0
+        self.failed = 0
+        self.categories: Counter[str] = Counter()
+        self.started_at = time.monotonic()
+
+    def add(self, result: ExecutionResult) -> None:
+        self.done += 1
+        if result.status is RolloutStatus.SUCCESS:
+            self.ok += 1
+        else:
+            self.failed += 1
+        if result.error_category is not None:
+            self.categories[result.error_category.value] += 1
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.started_at
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        return (
+            f"{self.done}/{self.total} done · {self.ok} ok · {self.failed} failed · "
+            f"{rate:,.1f} rows/s · {elapsed:,.0f}s"
+        )
+
+
+class NullDisplay:
+    """Shows nothing (``--quiet``, benchmarks)."""
+
+    def start(self, total: int, description: str) -> None: ...
+    def row_started(self, row_id: str) -> None: ...
+    def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_finished(self, result: ExecutionResult) -> None: ...
+    def message(self, text: str) -> None: ...
+    def tick(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class PlainDisplay:
+    """Plain lines, no control codes: a progress line every ``interval_sec`` and one line per
+    failed row (the first ``max_failure_lines``)."""
+
+    def __init__(
+        self, stream: IO[str], interval_sec: float = 5.0, max_failure_lines: int = 20
+    ) -> None:
+        self._stream = stream
+        self._interval = interval_sec
+        self._max_failures = max_failure_lines
+        self._counts = _Counts()
+        self._next_progress = 0.0
+        self._failure_lines = 0
+
+    def _print(self, text: str) -> None:
+        self._stream.write(text + "\n")
+        self._stream.flush()
+
+    def start(self, total: int, description: str) -> None:
+        self._counts = _Counts()
+        self._counts.total = total
+        self._next_progress = time.monotonic() + self._interval
+        self._print(description)
+
+    def row_started(self, row_id: str) -> None: ...
+
+    def row_phase(self, row_id: str, phase: str) -> None: ...
+
+    def row_finished(self, result: ExecutionResult) -> None:
+        self._counts.add(result)
+        if result.status is not RolloutStatus.SUCCESS:
+            self._failure_lines += 1
+            if self._failure_lines <= self._max_failures:
+                category = result.error_category.value if result.error_category else "-"
+                phase = result.error_phase.value if result.error_phase else "-"
+                self._print(
+                    f"{result.status.value.upper()} row {result.rollout_id} "
+                    f"[{category}, {phase}]: {result.error_message}"
+                )
+            elif self._failure_lines == self._max_failures + 1:
+                self._print("(further failed rows are in the output file only)")
+        self.tick()
+
+    def message(self, text: str) -> None:
+        self._print(text)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_progress:
+            self._next_progress = now + self._interval
+            self._print("progress: " + self._counts.line())
+
+    def stop(self) -> None:
+        self._print("finished: " + self._counts.line())
+
+
+class LiveDisplay:
+    """A rich live table: counters, rows in flight with phase and elapsed time, and the
+    last finished rows. Rendering happens on rich's refresh thread from a snapshot of the
+    state, so per-row events cost a dictionary update."""
+
+    def __init__(self, console: Console, max_in_flight_rows: int = 8, recent_rows: int = 8) -> None:
+        self._console = console
+        self._max_in_flight = max_in_flight_rows
+        self._counts = _Counts()
+        self._in_flight: dict[str, tuple[float, str]] = {}
+        self._recent: deque[ExecutionResult] = deque(maxlen=recent_rows)
+        self._description = ""
+        self._live: Live | None = None
+
+    def __rich__(self) -> RenderableType:
+        counts = self._counts
+        header = Text(self._description, style="bold")
+        progress = Text(counts.line())
+        now = time.monotonic()
+        in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1][0])
+        running = Table(title=f"in flight ({len(in_flight)})", title_justify="left", expand=False)
+        running.add_column("row")
+        running.add_column("phase")
+        running.add_column("elapsed", justify="right")
+        for row_id, (started, phase) in in_flight[: self._max_in_flight]:
+            running.add_row(row_id, phase, f"{now - started:.1f}s")
+        if len(in_flight) > self._max_in_flight:
+            running.add_row(f"… {len(in_flight) - self._max_in_flight} more", "", "")
+        recent = Table(title="last finished", title_justify="left")
+        recent.add_column("row")
+        recent.add_column("status")
+        recent.add_column("reward", justify="right")
+        recent.add_column("category")
+        recent.add_column("time", justify="right")
+        for result in list(self._recent):
+            status = result.status.value
+            reward = "-" if result.reward is None else f"{result.reward:g}"
+            category = result.error_category.value if result.error_category else ""
+            recent.add_row(
+                result.rollout_id,
+                Text(status, style=_STATUS_STYLE.get(status, "")),
+                reward,
+                category,
+                f"{result.timings.total_sec:.2f}s",
+            )
+        histogram = ", ".join(f"{k} {v}" for k, v in counts.categories.most_common())
+        parts: list[RenderableType] = [header, progress]
+        if histogram:
+            parts.append(Text("errors: " + histogram, style="red"))
+        parts += [running, recent]
+        return Group(*parts)
+
+    def start(self, total: int, description: str) -> None:
+        self._counts = _Counts()
+        self._counts.total = total
+        self._description = description
+        self._live = Live(self, console=self._console, refresh_per_second=4, transient=False)
+        self._live.start()
+
+    def row_started(self, row_id: str) -> None:
+        self._in_flight[row_id] = (time.monotonic(), "queued")
+
+    def row_phase(self, row_id: str, phase: str) -> None:
+        entry = self._in_flight.get(row_id)
+        if entry is not None:
+            self._in_flight[row_id] = (entry[0], phase)
+
+    def row_finished(self, result: ExecutionResult) -> None:
+        self._in_flight.pop(result.rollout_id, None)
+        self._recent.append(result)
+        self._counts.add(result)
+
+    def message(self, text: str) -> None:
+        self._console.print(text)
+
+    def tick(self) -> None: ...
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def make_display(kind: str, console: Console) -> Display:
+    """``live`` on a terminal, ``plain`` elsewhere, or as asked (``live``/``plain``/``none``)."""
+    if kind == "none":
+        return NullDisplay()
+    if kind == "live" or (kind == "auto" and console.is_terminal):
+        return LiveDisplay(console)
+    return PlainDisplay(console.file)
+
+
+def _bar(count: int, largest: int, width: int = 30) -> str:
+    return "█" * max(1, round(width * count / largest)) if largest else ""
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def render_summary(summary: RunSummary) -> RenderableType:
+    """The end-of-run report: statuses, rewards, durations, the error histogram, the output."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    statuses = " · ".join(f"{k} {v}" for k, v in summary.by_status.items()) or "none"
+    table.add_row("rows", f"{summary.total} ({statuses})")
+    table.add_row(
+        "reward",
+        f"mean {_fmt(summary.mean_reward_all)} over all {summary.total} rows (no reward = 0) · "
+        f"mean {_fmt(summary.mean_reward_graded)} over {summary.graded} graded · "
+        f"min {_fmt(summary.reward_min)} · max {_fmt(summary.reward_max)}",
+    )
+    table.add_row(
+        "duration",
+        f"p50 {_fmt(summary.duration_p50)}s · p95 {_fmt(summary.duration_p95)}s · "
+        f"max {_fmt(summary.duration_max)}s",
+    )
+    if summary.error_categories:
+        largest = max(summary.error_categories.values())
+        width = max(len(k) for k in summary.error_categories)
+        lines = [
+            f"{name:<{width}} {count:>6} {_bar(count, largest)}"
+            for name, count in summary.error_categories.items()
+        ]
+        table.add_row("errors", Text("\n".join(lines), style="red"))
+    else:
+        table.add_row("errors", "none")
+    if summary.grader_skipped:
+        skipped = " · ".join(f"{k}: {v}" for k, v in summary.grader_skipped.items())
+        table.add_row("not graded", skipped)
+    if summary.output:
+        table.add_row("output", summary.output)
+    title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
+    return Group(Text(title, style="bold underline"), table)

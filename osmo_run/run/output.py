@@ -1,0 +1,62 @@
+"""The append-only output JSONL: one line per finished row, flushed as it is written."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from types import TracebackType
+
+from osmo_run.errors import OutputError
+
+
+class OutputWriter:
+    """Appends lines to ``path`` (created ``0600``: lines hold conversations).
+
+    Every :meth:`write` reaches the OS before it returns, so a crash loses no finished row.
+    ``secrets`` are replaced by ``***`` wherever they appear in a line. Raises
+    :class:`OutputError` when the file cannot be opened or written (a full disk included);
+    what was written before stays valid, line by line.
+    """
+
+    def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self._secrets = tuple(s for s in secrets if s)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot open the output file: {exc.strerror}") from None
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        self.lines_written = 0
+
+    def write(self, line: str) -> None:
+        for secret in self._secrets:
+            if secret in line:
+                line = line.replace(secret, "***")
+        try:
+            self._file.write(line + "\n")
+            self._file.flush()
+        except OSError as exc:
+            hint = "; free some space" if exc.errno == errno.ENOSPC else ""
+            raise OutputError(
+                f"{self.path}: writing a result failed: {exc.strerror}{hint}"
+            ) from None
+        self.lines_written += 1
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        except OSError:
+            pass  # the last flush already reported any error
+
+    def __enter__(self) -> OutputWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

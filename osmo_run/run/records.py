@@ -1,0 +1,86 @@
+"""The output file's line format: one :class:`OutputRecord` per finished row.
+
+Lines are written from :func:`record_line` (plain ``json.dumps``: it runs once per row on
+the hot path) and read back through :class:`OutputRecord`, which a test keeps in step
+with the writer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from osmo_run.sdk.types import ExecutionResult
+
+SCHEMA_VERSION = 1
+
+
+class TimingsRecord(BaseModel):
+    queued_sec: float
+    setup_sec: float | None = None
+    workflow_sec: float | None = None
+    grader_sec: float | None = None
+    total_sec: float
+
+
+class SampleRecord(BaseModel):
+    messages: list[dict[str, Any]]
+    metrics: dict[str, float]
+
+
+class OutputRecord(BaseModel):
+    """One finished row as stored in the output JSONL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1]
+    row_id: str
+    row_index: int
+    line: int
+    status: Literal["success", "failure", "cancelled"]
+    reward: float | None
+    error_category: str | None
+    error_message: str | None
+    error_phase: Literal["setup", "workflow", "grader"] | None
+    grader_skipped: str | None
+    timings: TimingsRecord
+    sample: SampleRecord | None
+    info: dict[str, Any]
+    backend: dict[str, Any]
+
+
+def record_dict(row_index: int, line: int, result: ExecutionResult) -> dict[str, Any]:
+    """The JSON object for one finished row (see :class:`OutputRecord`)."""
+    timings = result.timings
+    sample = result.sample
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "row_id": result.rollout_id,
+        "row_index": row_index,
+        "line": line,
+        "status": result.status.value,
+        "reward": None if sample is None else sample.reward,
+        "error_category": None if result.error_category is None else result.error_category.value,
+        "error_message": result.error_message,
+        "error_phase": None if result.error_phase is None else result.error_phase.value,
+        "grader_skipped": result.grader_skipped,
+        "timings": {
+            "queued_sec": round(timings.queued_sec, 6),
+            "setup_sec": timings.setup_sec,
+            "workflow_sec": timings.workflow_sec,
+            "grader_sec": timings.grader_sec,
+            "total_sec": round(timings.total_sec, 6),
+        },
+        "sample": None
+        if sample is None
+        else {"messages": sample.messages, "metrics": sample.metrics},
+        "info": result.info,
+        "backend": result.extra,
+    }
+
+
+def record_line(record: dict[str, Any]) -> str:
+    """Serialize a record as one line; values JSON cannot hold are written with ``repr``."""
+    return json.dumps(record, ensure_ascii=False, allow_nan=False, default=repr)

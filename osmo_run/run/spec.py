@@ -1,0 +1,228 @@
+"""The YAML run spec: what to run, with which limits, against which model endpoint.
+
+Relative paths inside a spec file resolve against the spec file's directory, so a spec
+means the same thing whatever directory osmo-run is started from. ``osmo-run schema``
+prints :func:`spec_json_schema` for editors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from osmo_run.errors import SpecError
+from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.context import LLMEndpoint
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LLMSpec(_Strict):
+    """An OpenAI-compatible chat endpoint the workflow reaches through its rollout context."""
+
+    base_url: str = Field(description="Endpoint root, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(description="Model name sent with each request")
+    api_key_env: str | None = Field(
+        default=None,
+        description="Name of the environment variable holding the API key (never the key)",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    def endpoint(self) -> LLMEndpoint:
+        """The endpoint with its key read from the environment.
+
+        Raises :class:`SpecError` when ``api_key_env`` names an unset variable.
+        """
+        key = None
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise SpecError(
+                    f"llm.api_key_env: environment variable {self.api_key_env} is not set; "
+                    "export it or remove api_key_env"
+                )
+        return LLMEndpoint(base_url=self.base_url, model=self.model, api_key=key)
+
+
+class TimeoutsSpec(_Strict):
+    """Deadlines per row, in seconds; ``null`` means none."""
+
+    agent_sec: float | None = Field(default=600.0, gt=0, description="Workflow deadline")
+    grader_sec: float | None = Field(default=120.0, gt=0, description="Grader deadline")
+
+
+class HarborSpec(_Strict):
+    """Settings of the ``harbor`` backend (each has a CLI flag that overrides it)."""
+
+    task_dir: Path | None = Field(default=None, description="Harbor task directory")
+    tasks_root: Path | None = Field(
+        default=None, description="Directory that rows' metadata.harbor_task names resolve under"
+    )
+    env: str = Field(default="docker", description="Harbor environment type (docker, daytona…)")
+    environment_import_path: str | None = Field(
+        default=None, description="module:Class of a custom Harbor environment"
+    )
+    environment_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the Harbor environment"
+    )
+    prebuild: bool = Field(default=True, description="Build the trial image once per run")
+    keep_trials: bool = Field(
+        default=False, description="Keep trial directories of successful rows too"
+    )
+    trials_dir: Path | None = Field(default=None, description="Where trial directories go")
+
+
+class RunSpec(_Strict):
+    """A run: workflow and grader, their configs, limits, model endpoint and output."""
+
+    workflow: str = Field(description="AgentWorkflow subclass as 'package.module:Class'")
+    workflow_config: dict[str, Any] | None = Field(
+        default=None, description="{concurrency: {max_concurrent: N}, settings: {...}}"
+    )
+    grader: str | None = Field(default=None, description="Grader subclass as 'module:Class'")
+    grader_config: dict[str, Any] | None = Field(default=None, description="{settings: {...}}")
+    code_dir: Path | None = Field(
+        default=None,
+        description="Directory holding the workflow's package; default: the working directory",
+    )
+    concurrency: int | None = Field(
+        default=None, ge=1, description="Rows in flight; default workflow_config's (4)"
+    )
+    timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+    llm: LLMSpec | None = None
+    output: Path | None = Field(default=None, description="Output JSONL path")
+    bad_rows: Literal["stop", "record"] = Field(
+        default="stop",
+        description="stop: refuse the dataset if a line is bad; record: record it and go on",
+    )
+    limit: int | None = Field(default=None, ge=1, description="Run only the first N rows")
+    harbor: HarborSpec = Field(default_factory=HarborSpec)
+
+    @field_validator("workflow", "grader")
+    @classmethod
+    def _import_path(cls, value: str | None) -> str | None:
+        if value is not None and value.count(":") != 1:
+            raise ValueError("must be an import path like 'package.module:ClassName'")
+        return value
+
+    def agent_workflow_config(self) -> AgentWorkflowConfig:
+        """The workflow config, with ``concurrency`` applied; :class:`SpecError` if invalid."""
+        try:
+            config = AgentWorkflowConfig.from_dict(self.workflow_config)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"workflow_config: {exc}") from None
+        if self.concurrency is not None:
+            config.concurrency.max_concurrent = self.concurrency
+        return config
+
+    def grader_config_object(self) -> GraderConfig:
+        try:
+            return GraderConfig.from_dict(self.grader_config)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"grader_config: {exc}") from None
+
+
+def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The valid field names at ``loc`` (without its last element) in ``model``."""
+    current: Any = model
+    for part in loc[:-1]:
+        field = getattr(current, "model_fields", {}).get(part)
+        annotation = field.annotation if field is not None else None
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+def format_validation_error(source: str, exc: ValidationError, model: type[BaseModel]) -> str:
+    """One line per problem: ``source: field 'a.b': what is wrong[; did you mean 'x'?]``."""
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc) or "(top level)"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+            close = difflib.get_close_matches(str(loc[-1]), _field_names(model, loc), n=1)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        elif error["type"] == "missing":
+            message = "required field is missing"
+        lines.append(f"{source}: field {where!r}: {message}")
+    return "\n".join(lines)
+
+
+def load_spec(path: Path) -> RunSpec:
+    """Read and validate a YAML spec; relative paths become relative to its directory.
+
+    Raises :class:`SpecError` naming the file and each invalid field.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: spec file not found") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory; pass the spec's YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read spec: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"{path}: a spec is a YAML mapping with at least 'workflow: module:Class', "
+            f"got {type(data).__name__}"
+        )
+    try:
+        spec = RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(str(path), exc, RunSpec)) from None
+    return _anchor_paths(spec, path.parent)
+
+
+def _anchor_paths(spec: RunSpec, base: Path) -> RunSpec:
+    def anchor(value: Path | None) -> Path | None:
+        return None if value is None or value.is_absolute() else base / value
+
+    harbor = spec.harbor.model_copy(
+        update={
+            "task_dir": anchor(spec.harbor.task_dir) or spec.harbor.task_dir,
+            "tasks_root": anchor(spec.harbor.tasks_root) or spec.harbor.tasks_root,
+            "trials_dir": anchor(spec.harbor.trials_dir) or spec.harbor.trials_dir,
+        }
+    )
+    return spec.model_copy(
+        update={
+            "code_dir": anchor(spec.code_dir) or spec.code_dir,
+            "output": anchor(spec.output) or spec.output,
+            "harbor": harbor,
+        }
+    )
+
+
+def spec_json_schema() -> str:
+    """The spec's JSON Schema, for editors (yaml-language-server) and ``osmo-run schema``."""
+    schema = RunSpec.model_json_schema()
+    schema["title"] = "osmo-run run spec"
+    return json.dumps(schema, indent=2)

@@ -1,0 +1,69 @@
+"""Resolve ``"module:attr"`` import paths to workflow and grader classes."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from osmo_run.errors import ImportPathError
+
+
+def ensure_on_path(code_dir: Path) -> None:
+    """Put ``code_dir`` first on ``sys.path`` so the user's modules import from it."""
+    entry = str(code_dir.resolve())
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
+
+
+def load_object(path: str, field: str) -> object:
+    """Import ``"package.module:attr"``; raise :class:`ImportPathError` naming ``field``."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImportPathError(f"{field}: {path!r} is not of the form 'package.module:Name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ImportPathError(
+                f"{field}: cannot import module {module_name!r} (no module named {exc.name!r}); "
+                f"check the spelling and that its directory is the code dir (sys.path[0]: "
+                f"{sys.path[0]})"
+            ) from None
+        raise ImportPathError(
+            f"{field}: importing {module_name!r} failed: {exc}; install what it needs"
+        ) from None
+    except Exception as exc:
+        raise ImportPathError(
+            f"{field}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportPathError(
+                f"{field}: module {module_name!r} has no attribute {attr!r}"
+            ) from None
+    return obj
+
+
+def resolve_class(source: object, base: type[Any], field: str) -> Any:
+    """Resolve ``source`` (a class, an instance or a ``"module:attr"`` path) to a subclass or
+    an instance of ``base``; raise :class:`ImportPathError` for anything else."""
+    obj = load_object(source, field) if isinstance(source, str) else source
+    if isinstance(obj, type) and issubclass(obj, base):
+        abstract = getattr(obj, "__abstractmethods__", None)
+        if abstract:
+            missing = ", ".join(sorted(abstract))
+            raise ImportPathError(f"{field}: {obj.__name__} does not implement {missing}")
+        return obj
+    if isinstance(obj, base):
+        return obj
+    described = obj.__name__ if isinstance(obj, type) else type(obj).__name__
+    where = f" ({source})" if isinstance(source, str) else ""
+    raise ImportPathError(
+        f"{field}: {described}{where} is not a {base.__name__} subclass; "
+        f"subclass osmo_run.{base.__name__}"
+    )

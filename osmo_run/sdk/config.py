@@ -1,0 +1,69 @@
+"""Configuration objects handed to workflows and graders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_CONCURRENT = 4
+
+
+@dataclass
+class ConcurrencyConfig:
+    """How many rollouts may run at once. Always bounded: the default is 4."""
+
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_concurrent, bool) or not isinstance(self.max_concurrent, int):
+            raise TypeError(
+                f"concurrency.max_concurrent must be an integer, got {self.max_concurrent!r}"
+            )
+        if self.max_concurrent < 1:
+            raise ValueError(
+                f"concurrency.max_concurrent must be at least 1, got {self.max_concurrent}"
+            )
+
+
+@dataclass
+class AgentWorkflowConfig:
+    """What a workflow is configured with: concurrency plus free-form ``settings``.
+
+    ``settings`` comes from the spec's ``workflow_config.settings`` and is the place for a
+    workflow's own knobs (temperature, max turns, tool lists).
+    """
+
+    concurrency: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> AgentWorkflowConfig:
+        """Build from the spec's mapping; unknown top-level keys raise ``ValueError``."""
+        data = dict(data or {})
+        concurrency = data.pop("concurrency", None) or {}
+        settings = data.pop("settings", None) or {}
+        if data:
+            raise ValueError(
+                f"unknown workflow_config keys {sorted(data)}; put a workflow's own options "
+                "under workflow_config.settings"
+            )
+        return cls(concurrency=ConcurrencyConfig(**concurrency), settings=dict(settings))
+
+
+@dataclass
+class GraderConfig:
+    """What a grader is configured with: free-form ``settings`` and the pass threshold."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> GraderConfig:
+        """Build from the spec's mapping; unknown top-level keys raise ``ValueError``."""
+        data = dict(data or {})
+        settings = data.pop("settings", None) or {}
+        if data:
+            raise ValueError(
+                f"unknown grader_config keys {sorted(data)}; put a grader's own options "
+                "under grader_config.settings"
+            )
+        return cls(settings=dict(settings))

@@ -1,0 +1,141 @@
+"""The contexts a workflow and a grader receive, and the ambient rollout context.
+
+``RolloutContext`` is installed (a ``ContextVar``) around each rollout by the backend.
+Code deep inside a workflow, such as an agent-framework integration, reaches it with
+:func:`get_rollout_context` to find the model endpoint or to register the rollout's
+:class:`SampleSource`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.types import Message, RolloutSample, validate_reward
+
+
+@runtime_checkable
+class SampleSource(Protocol):
+    """Something that can hand over the rollout's sample when the workflow has finished."""
+
+    def get_sample(self) -> RolloutSample | None: ...
+
+
+@dataclass
+class LLMEndpoint:
+    """An OpenAI-compatible chat endpoint: ``base_url`` ends before ``/chat/completions``."""
+
+    base_url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def chat_completions_url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+
+@dataclass
+class RolloutContext:
+    """Ambient state of one rollout: its id, the model endpoint, and one sample source."""
+
+    rollout_id: str
+    llm: LLMEndpoint | None = None
+    _sample_source: SampleSource | None = field(default=None, repr=False)
+
+    @property
+    def sample_source(self) -> SampleSource | None:
+        return self._sample_source
+
+    def register_sample_source(self, source: SampleSource) -> None:
+        """Make ``source`` provide the sample; raises ``RuntimeError`` if one is registered."""
+        if self._sample_source is not None:
+            raise RuntimeError(
+                "a sample source is already registered for this rollout; a rollout has exactly one"
+            )
+        self._sample_source = source
+
+
+_current: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar(
+    "osmo_run_rollout_context", default=None
+)
+
+
+def get_rollout_context() -> RolloutContext:
+    """Return the context of the rollout this code runs in; raises ``RuntimeError`` outside one."""
+    ctx = _current.get()
+    if ctx is None:
+        raise RuntimeError("no rollout is running here: get_rollout_context() works inside run()")
+    return ctx
+
+
+def install_rollout_context(ctx: RolloutContext) -> contextvars.Token[RolloutContext | None]:
+    """Install ``ctx`` in the current context; pass the token to ``_current.reset`` to undo."""
+    return _current.set(ctx)
+
+
+def reset_rollout_context(token: contextvars.Token[RolloutContext | None]) -> None:
+    _current.reset(token)
+
+
+class _ArtifactsDirMixin:
+    _artifacts_root: Path | None
+    rollout_id: str
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """A directory for this rollout's files, created on first access.
+
+        Shared by the workflow and the grader of one rollout. Raises ``RuntimeError``
+        when the backend gave no artifacts location.
+        """
+        if self._artifacts_root is None:
+            raise RuntimeError("this backend gives rollouts no artifacts directory")
+        path = self._artifacts_root / self.rollout_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+@dataclass
+class AgentWorkflowContext(_ArtifactsDirMixin):
+    """What ``AgentWorkflow.run`` receives. The label is deliberately absent."""
+
+    prompt: list[Message]
+    config: AgentWorkflowConfig
+    metadata: dict[str, Any]
+    rollout_id: str
+    _artifacts_root: Path | None = field(default=None, repr=False)
+
+    @property
+    def llm(self) -> LLMEndpoint | None:
+        """The model endpoint from the run spec, or ``None`` when the spec names none."""
+        ctx = _current.get()
+        return None if ctx is None else ctx.llm
+
+
+@dataclass
+class GraderContext(_ArtifactsDirMixin):
+    """What ``Grader.grade`` receives; the grader reports through :meth:`set_reward`."""
+
+    label: Any
+    sample: RolloutSample | None
+    metadata: dict[str, Any]
+    config: GraderConfig
+    rollout_id: str
+    _artifacts_root: Path | None = field(default=None, repr=False)
+    reward: float | None = None
+
+    def set_reward(self, value: float) -> None:
+        """Record the reward; raises ``ValueError`` unless it is a finite number."""
+        self.reward = validate_reward(value)
+        if self.sample is not None:
+            self.sample.reward = self.reward
+
+
+def artifacts_root_from_env() -> Path | None:
+    """The artifacts root a sandbox runner was given through ``OSMO_RUN_ARTIFACTS_DIR``."""
+    value = os.environ.get("OSMO_RUN_ARTIFACTS_DIR")
+    return Path(value) if value else None

@@ -1,0 +1,88 @@
+"""A minimal async client for OpenAI-compatible chat completions, stdlib only.
+
+Enough for workflows that run inside sandboxes with nothing installed. Errors carry the
+class names osmo-run categorizes by: :class:`RateLimitError` (HTTP 429) and
+:class:`ModelAPIError` (other HTTP errors, refused connections, bad responses). The API
+key is sent in a header and never appears in an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
+from osmo_run.sdk.types import Message
+
+
+class ModelAPIError(Exception):
+    """The model endpoint failed or answered something that is not a chat completion."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimitError(ModelAPIError):
+    """The model endpoint answered 429 Too Many Requests."""
+
+
+def _endpoint(endpoint: LLMEndpoint | None) -> LLMEndpoint:
+    if endpoint is not None:
+        return endpoint
+    llm = get_rollout_context().llm
+    if llm is None:
+        raise ValueError(
+            "no model endpoint: add an 'llm' section (base_url, model) to the run spec"
+        )
+    return llm
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout_sec: float) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_sec) as response:
+            payload = response.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(300).decode("utf-8", "replace").strip()
+        kind = RateLimitError if exc.code == 429 else ModelAPIError
+        raise kind(f"{url} answered HTTP {exc.code}: {detail}", status=exc.code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ModelAPIError(f"cannot reach {url}: {reason}") from None
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError:
+        raise ModelAPIError(
+            f"{url} answered something that is not JSON: {payload[:120]!r}"
+        ) from None
+    if not isinstance(data, dict) or not data.get("choices"):
+        raise ModelAPIError(f"{url} answered without 'choices': {str(data)[:200]}")
+    return data
+
+
+async def chat_completion(
+    messages: list[Message],
+    endpoint: LLMEndpoint | None = None,
+    timeout_sec: float = 120.0,
+    **params: Any,
+) -> dict[str, Any]:
+    """POST ``messages`` to ``endpoint`` (default: the rollout's) and return the response.
+
+    The returned dict is the endpoint's JSON plus ``"_latency_sec"``. Raises
+    :class:`RateLimitError`, :class:`ModelAPIError`, or ``ValueError`` when no endpoint is
+    configured.
+    """
+    llm = _endpoint(endpoint)
+    body = json.dumps({"model": llm.model, "messages": messages, **params}).encode()
+    headers = {"Content-Type": "application/json"}
+    if llm.api_key:
+        headers["Authorization"] = f"Bearer {llm.api_key}"
+    started = time.monotonic()
+    data = await asyncio.to_thread(_post, llm.chat_completions_url, body, headers, timeout_sec)
+    data["_latency_sec"] = time.monotonic() - started
+    return data

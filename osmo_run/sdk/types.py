@@ -1,0 +1,159 @@
+"""Records that workflow authors, backends and the runner share.
+
+Stdlib only (dataclasses), so the same module runs inside a Python 3.11 sandbox
+with nothing installed.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+"""One chat message: ``{"role": ..., "content": ...}`` plus optional tool-call fields."""
+
+
+class RolloutStatus(enum.StrEnum):
+    """Where a rollout is. ``SUCCESS``, ``FAILURE`` and ``CANCELLED`` are terminal."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    GRADING = "grading"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RolloutStatus.SUCCESS, RolloutStatus.FAILURE, RolloutStatus.CANCELLED)
+
+
+class ErrorCategory(enum.StrEnum):
+    """Why a rollout failed. One taxonomy for every backend, the histogram and the exit code."""
+
+    TIMEOUT = "timeout"
+    """The workflow or grader ran past its deadline (``TimeoutError`` included)."""
+    VALIDATION_ERROR = "validation_error"
+    """Bad data: ``ValueError``/``TypeError``/``AssertionError``, a bad return value or reward."""
+    AGENT_ERROR = "agent_error"
+    """Any other exception raised by the workflow or the grader."""
+    RATE_LIMIT = "rate_limit"
+    """The model endpoint answered 429."""
+    MODEL_API_ERROR = "model_api_error"
+    """The model endpoint failed (5xx, connection refused, bad response)."""
+    INFRA_ERROR = "infra_error"
+    """The execution environment failed: a sandbox did not build or start, the engine went away."""
+    CANCELLED = "cancelled"
+    """The run was interrupted before the rollout finished."""
+    INTERNAL_ERROR = "internal_error"
+    """A bug in osmo-run or a backend; please report it."""
+
+
+class Phase(enum.StrEnum):
+    """The part of a rollout that produced a result or an error."""
+
+    SETUP = "setup"
+    WORKFLOW = "workflow"
+    GRADER = "grader"
+
+
+@dataclass
+class RolloutSample:
+    """What a rollout produced, as the grader and the output file see it.
+
+    ``reward`` is validated on assignment through :meth:`set_reward`: a finite number.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    reward: float | None = None
+
+    def set_reward(self, value: float) -> None:
+        """Store ``value`` as the reward; raises ``ValueError`` unless it is a finite number."""
+        self.reward = validate_reward(value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": self.messages, "metrics": self.metrics}
+
+
+def validate_reward(value: object) -> float:
+    """Return ``value`` as a float; raise ``ValueError`` if it is not a finite real number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"reward must be a number, got {type(value).__name__} {value!r}")
+    reward = float(value)
+    if not math.isfinite(reward):
+        raise ValueError(f"reward must be finite, got {reward}")
+    return reward
+
+
+@dataclass
+class AgentWorkflowOutput:
+    """What a workflow may return instead of a bare message list.
+
+    ``info`` is kept in the output file but never shown to the grader.
+    """
+
+    messages: list[Message] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionRequest:
+    """One dataset row, ready to run.
+
+    ``id`` is a single path segment (it names artifact and trial directories).
+    A timeout of ``None`` means no deadline.
+    """
+
+    id: str
+    prompt: list[Message]
+    label: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    agent_timeout_sec: float | None = None
+    grader_timeout_sec: float | None = None
+    grade: bool = True
+
+
+@dataclass
+class Timings:
+    """Seconds spent in each phase of one rollout; ``None`` for a phase that did not run."""
+
+    queued_sec: float = 0.0
+    setup_sec: float | None = None
+    workflow_sec: float | None = None
+    grader_sec: float | None = None
+    total_sec: float = 0.0
+
+
+@dataclass
+class ExecutionResult:
+    """The outcome of one rollout, or of its workflow phase when grading is still to come.
+
+    ``status`` is ``GRADING`` only in the result handed to ``on_workflow_complete`` when a
+    grader will run next; otherwise it is terminal. A ``FAILURE`` or ``CANCELLED`` result
+    carries ``error_category``, ``error_message`` and ``error_phase``. ``grader_skipped``
+    says why a successful rollout was not graded. ``extra`` holds backend diagnostics
+    (trial id, trial directory) that go to the output file.
+    """
+
+    rollout_id: str
+    status: RolloutStatus
+    sample: RolloutSample | None = None
+    error_category: ErrorCategory | None = None
+    error_message: str | None = None
+    error_phase: Phase | None = None
+    grader_skipped: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    timings: Timings = field(default_factory=Timings)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reward(self) -> float | None:
+        return None if self.sample is None else self.sample.reward
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RolloutStatus.SUCCESS
