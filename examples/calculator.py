@@ -17,6 +17,7 @@ import ast
 import asyncio
 import operator
 import re
+from pathlib import Path
 
 from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput, Grader, GraderContext
 
@@ -56,7 +57,11 @@ def find_expression(text: str) -> str:
 
 
 class CalculatorWorkflow(AgentWorkflow):
-    """Answers arithmetic questions with a calculator tool call."""
+    """Answers arithmetic questions with a calculator tool call.
+
+    ``settings.answer_file``, when set, names a file the answer is also written to (for
+    Harbor tasks whose own tests check files, like tasks/calculator).
+    """
 
     async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
         question = ctx.prompt[-1]["content"]
@@ -64,6 +69,9 @@ class CalculatorWorkflow(AgentWorkflow):
         expression = find_expression(question)
         value = calculate(expression)
         answer = f"{value:g}"
+        answer_file = self.config.settings.get("answer_file")
+        if answer_file:
+            await asyncio.to_thread(Path(answer_file).write_text, answer + "\n", encoding="utf-8")
         messages = [
             *ctx.prompt,
             {

@@ -31,6 +31,8 @@ class ExecutionBackend(ABC):
     """
 
     _progress: ProgressListener | None = None
+    cancel_grace_sec: float = 5.0
+    """How long the runner waits for cancelled rows to wind down after an interrupt."""
 
     @abstractmethod
     async def execute(
@@ -56,6 +58,12 @@ class ExecutionBackend(ABC):
     def _report_progress(self, rollout_id: str, phase: str) -> None:
         if self._progress is not None:
             self._progress(rollout_id, phase)
+
+    async def prepare(self) -> None:  # noqa: B027 -- optional hook; most backends need none
+        """Check the environment and build shared resources before any row runs.
+
+        Raises :class:`~osmo_run.errors.OsmoRunError` when the backend cannot run rows.
+        """
 
     async def aclose(self) -> None:  # noqa: B027 -- optional hook; most backends hold nothing
         """Release what the backend holds (images, servers). Called once when a run ends."""

@@ -163,7 +163,8 @@ class Runner:
             await self._wake.wait()
         if not self._tasks:
             return
-        _, still_running = await asyncio.wait(set(self._tasks), timeout=CANCEL_WAIT_SEC)
+        grace = max(CANCEL_WAIT_SEC, self._backend.cancel_grace_sec)
+        _, still_running = await asyncio.wait(set(self._tasks), timeout=grace)
         for flight in list(self._flights.values()):
             self._record(flight, _cancelled(flight.row, abandoned=bool(still_running)))
 

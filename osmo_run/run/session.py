@@ -26,6 +26,7 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.runner import Runner
 from osmo_run.run.spec import RunSpec
 from osmo_run.run.summary import RunSummary
+from osmo_run.sdk._rollout import run_to_completion
 
 
 class ExitCode(enum.IntEnum):
@@ -131,6 +132,7 @@ def execute_run(
 
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, on_signal)
+            await backend.prepare()
             display.start(total, description)
             try:
                 return await runner.run(dataset.rows())
@@ -140,7 +142,7 @@ def execute_run(
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
 
-    summary = asyncio.run(main())
+    summary = run_to_completion(main())
     summary_file = summary_path(settings.output)
     summary.output = str(settings.output)
     summary_file.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")

@@ -10,6 +10,10 @@ from typing import Any
 from osmo_run.errors import ImportPathError
 
 
+class DependencyImportError(ImportPathError):
+    """The module exists but one of its own imports failed (a dependency is missing)."""
+
+
 def ensure_on_path(code_dir: Path) -> None:
     """Put ``code_dir`` first on ``sys.path`` so the user's modules import from it."""
     entry = str(code_dir.resolve())
@@ -31,7 +35,7 @@ def load_object(path: str, field: str) -> object:
                 f"check the spelling and that its directory is the code dir (sys.path[0]: "
                 f"{sys.path[0]})"
             ) from None
-        raise ImportPathError(
+        raise DependencyImportError(
             f"{field}: importing {module_name!r} failed: {exc}; install what it needs"
         ) from None
     except Exception as exc:
@@ -67,3 +71,22 @@ def resolve_class(source: object, base: type[Any], field: str) -> Any:
         f"{field}: {described}{where} is not a {base.__name__} subclass; "
         f"subclass osmo_run.{base.__name__}"
     )
+
+
+def import_path_of(source: object, base: type[Any], field: str, tolerate_missing_deps: bool) -> str:
+    """The ``"module:attr"`` path of ``source`` (a class, or a path checked on this host).
+
+    With ``tolerate_missing_deps``, a path whose module imports a dependency this host
+    lacks is accepted as is (it may exist in a sandbox image). Raises
+    :class:`ImportPathError` otherwise.
+    """
+    if isinstance(source, str):
+        try:
+            resolve_class(source, base, field)
+        except DependencyImportError:
+            if not tolerate_missing_deps:
+                raise
+        return source
+    obj = resolve_class(source, base, field)
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}:{cls.__qualname__}"

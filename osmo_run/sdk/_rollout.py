@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import (
@@ -342,3 +342,25 @@ def _fail_in_place(result: ExecutionResult, category: ErrorCategory, message: st
 
 
 ResultCallback = Callable[[ExecutionResult], Any]
+
+T = TypeVar("T")
+
+
+def run_to_completion(main: Coroutine[Any, Any, T], grace_sec: float = CANCEL_GRACE_SEC) -> T:
+    """Run ``main`` on a new event loop and return its result.
+
+    Unlike ``asyncio.run``, leftover tasks (a workflow abandoned because it ignored
+    cancellation) get ``grace_sec`` to stop and are then left behind instead of hanging
+    the process; the loop's default executor is not waited for either.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=grace_sec))
+        loop.set_exception_handler(lambda _loop, _context: None)
+        loop.close()

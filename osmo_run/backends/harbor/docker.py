@@ -1,0 +1,138 @@
+"""Docker commands the Harbor backend runs itself: the prebuilt image and leftover sweeps.
+
+Harbor drives containers during trials; these helpers cover what happens around them.
+Every command runs as an asyncio subprocess so the event loop keeps serving trials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import tempfile
+import tomllib
+from pathlib import Path
+
+from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTIME_DIR, tree_digest
+from osmo_run.errors import EnvironmentNotReady, TaskDirError
+
+RUN_LABEL = "osmo-run.run-id"
+"""Docker label on every container of a run, so leftovers can be found and removed."""
+
+
+class DockerCommandError(Exception):
+    pass
+
+
+async def docker(*args: str, check: bool = True, timeout_sec: float = 900.0) -> str:
+    """Run ``docker ARGS``; return stdout. Raises :class:`DockerCommandError` on failure."""
+    env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # no buildx here; the classic builder works
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "docker",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+        )
+    except FileNotFoundError:
+        raise EnvironmentNotReady(
+            "the docker command is not installed; run `sudo scripts/provision-docker.sh`"
+        ) from None
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), timeout_sec)
+    except TimeoutError:
+        process.kill()
+        raise DockerCommandError(f"docker {args[0]} took longer than {timeout_sec:g}s") from None
+    text = output.decode("utf-8", "replace")
+    if check and process.returncode != 0:
+        raise DockerCommandError(f"docker {' '.join(args[:3])} failed: {text.strip()[-800:]}")
+    return text
+
+
+async def engine_ready() -> None:
+    """Raise :class:`EnvironmentNotReady` unless a Docker engine and compose v2 answer."""
+    try:
+        await docker("info", "--format", "{{.ServerVersion}}", timeout_sec=20)
+    except DockerCommandError:
+        raise EnvironmentNotReady(
+            "no Docker engine answers (`docker info` failed); start one with "
+            "`sudo scripts/provision-docker.sh`"
+        ) from None
+    try:
+        await docker("compose", "version", timeout_sec=20)
+    except DockerCommandError:
+        raise EnvironmentNotReady(
+            "`docker compose` (v2) is missing, and Harbor needs it; "
+            "`sudo scripts/provision-docker.sh` installs it"
+        ) from None
+
+
+async def image_exists(tag: str) -> bool:
+    return not (await docker("image", "inspect", tag, check=False)).startswith("[]")
+
+
+def task_base_image(task_dir: Path) -> str | None:
+    """``[environment].docker_image`` of a task, or ``None`` when it builds a Dockerfile."""
+    try:
+        config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TaskDirError(f"{task_dir / 'task.toml'}: cannot read it: {exc}") from None
+    image = (config.get("environment") or {}).get("docker_image")
+    return str(image) if image else None
+
+
+async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> str:
+    """Build once, or reuse, an image holding the task's environment, the osmo-run SDK and
+    the user's code; return its tag (content-addressed, so unchanged inputs reuse it).
+
+    Raises :class:`TaskDirError` for a task with neither ``docker_image`` nor a Dockerfile,
+    and :class:`DockerCommandError` when a build fails.
+    """
+    base = task_base_image(task_dir)
+    if base is None:
+        environment_dir = task_dir / "environment"
+        if not (environment_dir / "Dockerfile").is_file():
+            raise TaskDirError(
+                f"{task_dir}: task.toml names no [environment].docker_image and "
+                "environment/Dockerfile is missing; give the task an image"
+            )
+        base = f"osmo-run/task:{tree_digest(environment_dir)[:16]}"
+        if not await image_exists(base):
+            await docker("build", "-q", "-t", base, str(environment_dir))
+    base_id = (await docker("image", "inspect", "--format", "{{.Id}}", base)).strip()
+    digest = hashlib.sha256(
+        (base_id + tree_digest(runtime_dir) + tree_digest(code_dir)).encode()
+    ).hexdigest()
+    tag = f"osmo-run/prebuilt:{digest[:16]}"
+    if await image_exists(tag):
+        return tag
+    with tempfile.TemporaryDirectory(prefix="osmo-run-image-") as context:
+        root = Path(context)
+        shutil.copytree(runtime_dir, root / "runtime")
+        shutil.copytree(code_dir, root / "code")
+        (root / "Dockerfile").write_text(
+            f"FROM {base}\n"
+            f"COPY runtime {CONTAINER_RUNTIME_DIR}\n"
+            f"COPY code {CONTAINER_CODE_DIR}\n"
+            f'LABEL osmo-run.prebuilt="1"\n',
+            encoding="utf-8",
+        )
+        await docker("build", "-q", "-t", tag, str(root))
+    return tag
+
+
+async def remove_run_leftovers(run_id: str) -> int:
+    """Remove every container labelled with ``run_id`` and the compose networks of its
+    trials; return how many containers were removed. Never raises."""
+    try:
+        ids = (await docker("ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}")).split()
+        if ids:
+            await docker("rm", "-f", *ids, check=False)
+        networks = (await docker("network", "ls", "-q", "--filter", f"name=osmo-{run_id}")).split()
+        if networks:
+            await docker("network", "rm", *networks, check=False)
+        return len(ids)
+    except Exception:
+        return 0

@@ -1,0 +1,211 @@
+"""Turn what a Harbor trial left behind into an :class:`ExecutionResult`. Pure functions.
+
+Inputs: Harbor's ``TrialResult`` and osmo-run's own result files from the trial directory
+(the workflow runner's and, when our grader ran, the grader runner's). Harbor's exception
+names decide the category where our files cannot: timeouts are ``timeout`` (osmosis-ai
+reported them as agent errors), a missing or unreadable reward is ``validation_error``,
+and an environment that failed to build or start is ``infra_error``, never the agent's.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from harbor.models.trial.result import TimingInfo, TrialResult
+
+from osmo_run.sdk._sandbox import result_from_json
+from osmo_run.sdk.types import (
+    ErrorCategory,
+    ExecutionResult,
+    Phase,
+    RolloutSample,
+    RolloutStatus,
+)
+
+_TIMEOUTS: dict[str, tuple[Phase | None, str]] = {
+    "AgentTimeoutError": (Phase.WORKFLOW, "the agent phase passed Harbor's deadline"),
+    "VerifierTimeoutError": (Phase.GRADER, "the verifier passed Harbor's deadline"),
+    "OsmoRunSandboxTimeoutError": (None, ""),
+}
+_SETUP_INFRA = frozenset(
+    {
+        "EnvironmentStartTimeoutError",
+        "AgentSetupTimeoutError",
+        "HealthcheckError",
+        "SandboxBuildFailedError",
+        "SandboxLikelyOutOfMemoryError",
+        "MemoryLimitExceededError",
+        "MissingExtraError",
+        "OsmoRunSandboxInfraError",
+    }
+)
+_REWARD_INVALID = frozenset(
+    {"RewardFileNotFoundError", "RewardFileEmptyError", "VerifierOutputParseError"}
+)
+_VERIFIER_INFRA = frozenset({"AddTestsDirError", "DownloadVerifierDirError"})
+
+
+def _seconds(timing: TimingInfo | None) -> float | None:
+    if timing is None or timing.started_at is None or timing.finished_at is None:
+        return None
+    seconds: float = (timing.finished_at - timing.started_at).total_seconds()
+    return seconds
+
+
+def _sum(*values: float | None) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+def _phase_of_exception(trial: TrialResult) -> Phase:
+    """Where Harbor's recorded exception happened, from which phases had started."""
+    if trial.verifier is not None and trial.verifier.started_at is not None:
+        return Phase.GRADER
+    if trial.agent_execution is not None and trial.agent_execution.started_at is not None:
+        return Phase.WORKFLOW
+    return Phase.SETUP
+
+
+def _failure(
+    rollout_id: str,
+    category: ErrorCategory,
+    phase: Phase,
+    message: str,
+    sample: RolloutSample | None = None,
+) -> ExecutionResult:
+    return ExecutionResult(
+        rollout_id=rollout_id,
+        status=RolloutStatus.FAILURE,
+        sample=sample,
+        error_category=category,
+        error_message=message,
+        error_phase=phase,
+    )
+
+
+def _from_exception(
+    rollout_id: str, trial: TrialResult, sample: RolloutSample | None
+) -> ExecutionResult:
+    info = trial.exception_info
+    assert info is not None
+    name = info.exception_type
+    text = f"{name}: {info.exception_message}".strip().rstrip(":")
+    phase = _phase_of_exception(trial)
+    if name == "CancelledError":
+        return ExecutionResult(
+            rollout_id=rollout_id,
+            status=RolloutStatus.CANCELLED,
+            sample=sample,
+            error_category=ErrorCategory.CANCELLED,
+            error_message="the trial was cancelled",
+            error_phase=phase,
+        )
+    if name in _TIMEOUTS:
+        timeout_phase, prefix = _TIMEOUTS[name]
+        message = f"{prefix} ({text})" if prefix else info.exception_message
+        return _failure(rollout_id, ErrorCategory.TIMEOUT, timeout_phase or phase, message, sample)
+    if name in _REWARD_INVALID:
+        message = (
+            f"the verifier left no usable reward ({text}); "
+            "its tests/test.sh must write a number to /logs/verifier/reward.txt"
+        )
+        return _failure(rollout_id, ErrorCategory.VALIDATION_ERROR, Phase.GRADER, message, sample)
+    if name in _VERIFIER_INFRA:
+        return _failure(rollout_id, ErrorCategory.INFRA_ERROR, Phase.GRADER, text, sample)
+    if name in _SETUP_INFRA or phase is Phase.SETUP:
+        message = f"the trial environment failed before the workflow ran: {text}"
+        return _failure(rollout_id, ErrorCategory.INFRA_ERROR, Phase.SETUP, message, sample)
+    if name == "OsmoRunSandboxRunnerError":
+        return _failure(
+            rollout_id, ErrorCategory.AGENT_ERROR, phase, info.exception_message, sample
+        )
+    return _failure(rollout_id, ErrorCategory.INFRA_ERROR, phase, text, sample)
+
+
+def _reward_from_verifier(trial: TrialResult) -> float | str | None:
+    """The reward Harbor's own verifier reported, ``None`` if none, or a problem string."""
+    rewards = trial.verifier_result.rewards if trial.verifier_result else None
+    if not rewards:
+        return None
+    value: Any = rewards.get("reward", next(iter(rewards.values())) if len(rewards) == 1 else None)
+    if value is None:
+        return f"the verifier reported {sorted(rewards)} but no 'reward' key"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return f"the verifier's reward {value!r} is not a finite number"
+    return float(value)
+
+
+def trial_to_result(
+    rollout_id: str,
+    trial: TrialResult,
+    workflow_file: dict[str, Any] | None,
+    grader_file: dict[str, Any] | None,
+    grading: str,
+) -> ExecutionResult:
+    """The final result of one trial.
+
+    ``grading`` is how the row was to be graded: ``"osmo"`` (our grader in the trial),
+    ``"task"`` (the task's own tests/test.sh) or a reason it was not graded.
+    """
+    workflow = result_from_json(workflow_file) if workflow_file else None
+    sample = workflow.sample if workflow else None
+    if trial.exception_info is not None:
+        if (
+            workflow is not None
+            and not workflow.ok
+            and trial.exception_info.exception_type != "CancelledError"
+        ):
+            result = workflow  # the runner's own account of the failure is the precise one
+        else:
+            result = _from_exception(rollout_id, trial, sample)
+    elif workflow is None:
+        result = _failure(
+            rollout_id,
+            ErrorCategory.INTERNAL_ERROR,
+            Phase.WORKFLOW,
+            "the trial finished without the workflow runner's result file",
+        )
+    elif not workflow.ok:
+        result = workflow
+    elif grading == "osmo":
+        if grader_file is None:
+            result = _failure(
+                rollout_id,
+                ErrorCategory.INTERNAL_ERROR,
+                Phase.GRADER,
+                "the verifier finished without the grader runner's result file",
+                sample,
+            )
+        else:
+            result = result_from_json(grader_file)
+            result.timings.workflow_sec = workflow.timings.workflow_sec
+    elif grading == "task":
+        reward = _reward_from_verifier(trial)
+        if isinstance(reward, float):
+            result = workflow
+            result.sample = sample or RolloutSample()
+            result.sample.reward = reward
+        else:
+            message = reward or "the task's verifier reported no reward"
+            result = _failure(
+                rollout_id, ErrorCategory.VALIDATION_ERROR, Phase.GRADER, message, sample
+            )
+    else:
+        result = workflow
+        result.grader_skipped = grading
+    result.rollout_id = rollout_id
+    result.timings.setup_sec = _sum(_seconds(trial.environment_setup), _seconds(trial.agent_setup))
+    if result.timings.workflow_sec is None:
+        result.timings.workflow_sec = _seconds(trial.agent_execution)
+    verifier_sec = _seconds(trial.verifier)
+    if verifier_sec is not None:
+        result.timings.grader_sec = verifier_sec
+    return result
+
+
+def trial_wall_seconds(trial: TrialResult) -> float | None:
+    start: datetime | None = trial.started_at
+    end: datetime | None = trial.finished_at
+    return None if start is None or end is None else (end - start).total_seconds()

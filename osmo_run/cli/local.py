@@ -1,0 +1,87 @@
+"""``osmo-run local``: every row in this process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from osmo_run.cli.options import (
+    AgentTimeoutOption,
+    BadRowsOption,
+    CodeDirOption,
+    ConcurrencyOption,
+    DisplayOption,
+    GraderOption,
+    GraderTimeoutOption,
+    LimitOption,
+    OutputOption,
+    OverwriteOption,
+    SpecOption,
+    WorkflowOption,
+    check_display,
+    console,
+    load_spec_with_flags,
+)
+
+
+def local(
+    dataset: Annotated[Path, typer.Argument(help="JSONL dataset, one row per line.")],
+    spec: SpecOption = None,
+    workflow: WorkflowOption = None,
+    grader: GraderOption = None,
+    output: OutputOption = None,
+    overwrite: OverwriteOption = False,
+    concurrency: ConcurrencyOption = None,
+    limit: LimitOption = None,
+    agent_timeout: AgentTimeoutOption = None,
+    grader_timeout: GraderTimeoutOption = None,
+    bad_rows: BadRowsOption = None,
+    code_dir: CodeDirOption = None,
+    display: DisplayOption = "auto",
+) -> None:
+    """Run every row in this process (LocalBackend): the shortest debugging loop."""
+    from osmo_run.backends.local import LocalBackend
+    from osmo_run.run.session import RunSettings, default_output, execute_run
+    from osmo_run.sdk._imports import ensure_on_path
+
+    check_display(display)
+    run_spec = load_spec_with_flags(
+        spec,
+        workflow,
+        grader,
+        {
+            "agent_sec": agent_timeout,
+            "grader_sec": grader_timeout,
+            "concurrency": concurrency,
+            "limit": limit,
+            "bad_rows": bad_rows,
+            "code_dir": code_dir,
+            "output": output,
+        },
+    )
+    ensure_on_path(run_spec.code_dir or Path.cwd())
+    llm = run_spec.llm.endpoint() if run_spec.llm else None
+    settings = RunSettings(
+        dataset=dataset,
+        spec=run_spec,
+        output=run_spec.output or default_output(dataset),
+        display=display,
+        overwrite=overwrite,
+        description=f"osmo-run local {dataset}",
+    )
+
+    def make_backend() -> LocalBackend:
+        return LocalBackend(
+            run_spec.workflow,
+            run_spec.agent_workflow_config(),
+            run_spec.grader,
+            run_spec.grader_config_object(),
+            llm=llm,
+            artifacts_root=settings.output.parent / "artifacts",
+        )
+
+    secrets = (llm.api_key,) if llm is not None and llm.api_key else ()
+    code = execute_run(settings, make_backend, console(), secrets)
+    raise typer.Exit(int(code))

@@ -1,0 +1,171 @@
+"""Run one phase of one rollout inside a sandbox: read an input JSON, write a result JSON.
+
+    python3 -m osmo_run.sdk._sandbox workflow INPUT.json RESULT.json
+    python3 -m osmo_run.sdk._sandbox grader INPUT.json RESULT.json
+
+Used by the Harbor backend inside trial environments, where only this SDK (stdlib only,
+Python >= 3.11) and the user's code are present. Results travel as files that Harbor
+collects, never through stdout. The model API key arrives in ``OSMO_RUN_LLM_API_KEY`` and
+is never written to a file. Every failure of the workflow or grader, import errors
+included, becomes a result file with a category; the exit code is 0 whenever a result was
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from osmo_run.sdk._imports import ensure_on_path, resolve_class
+from osmo_run.sdk._rollout import (
+    describe_exception,
+    run_grader_phase,
+    run_to_completion,
+    run_workflow_phase,
+)
+from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.context import LLMEndpoint, artifacts_root_from_env
+from osmo_run.sdk.types import (
+    ErrorCategory,
+    ExecutionRequest,
+    ExecutionResult,
+    Phase,
+    RolloutSample,
+    RolloutStatus,
+)
+from osmo_run.sdk.workflow import AgentWorkflow, Grader
+
+API_KEY_ENV = "OSMO_RUN_LLM_API_KEY"
+CODE_DIR_ENV = "OSMO_RUN_CODE_DIR"
+
+
+def result_to_json(result: ExecutionResult) -> dict[str, Any]:
+    """The result file's content (read back by :func:`result_from_json` on the host)."""
+    sample = result.sample
+    return {
+        "rollout_id": result.rollout_id,
+        "status": result.status.value,
+        "sample": None
+        if sample is None
+        else {"messages": sample.messages, "metrics": sample.metrics, "reward": sample.reward},
+        "error_category": None if result.error_category is None else result.error_category.value,
+        "error_message": result.error_message,
+        "error_phase": None if result.error_phase is None else result.error_phase.value,
+        "info": result.info,
+        "workflow_sec": result.timings.workflow_sec,
+        "grader_sec": result.timings.grader_sec,
+    }
+
+
+def result_from_json(data: dict[str, Any]) -> ExecutionResult:
+    """Rebuild a result written by :func:`result_to_json`; ``KeyError``/``ValueError`` if
+    the data is not such a result."""
+    sample_data = data.get("sample")
+    sample = None
+    if sample_data is not None:
+        sample = RolloutSample(
+            messages=list(sample_data.get("messages") or []),
+            metrics=dict(sample_data.get("metrics") or {}),
+            reward=sample_data.get("reward"),
+        )
+    result = ExecutionResult(
+        rollout_id=str(data["rollout_id"]),
+        status=RolloutStatus(data["status"]),
+        sample=sample,
+        error_category=ErrorCategory(data["error_category"])
+        if data.get("error_category")
+        else None,
+        error_message=data.get("error_message"),
+        error_phase=Phase(data["error_phase"]) if data.get("error_phase") else None,
+        info=dict(data.get("info") or {}),
+    )
+    result.timings.workflow_sec = data.get("workflow_sec")
+    result.timings.grader_sec = data.get("grader_sec")
+    return result
+
+
+def _request(data: dict[str, Any]) -> ExecutionRequest:
+    return ExecutionRequest(
+        id=str(data["id"]),
+        prompt=list(data["prompt"]),
+        label=data.get("label"),
+        metadata=dict(data.get("metadata") or {}),
+        agent_timeout_sec=data.get("agent_timeout_sec"),
+        grader_timeout_sec=data.get("grader_timeout_sec"),
+    )
+
+
+def _setup_failure(request_id: str, phase: Phase, exc: BaseException, what: str) -> ExecutionResult:
+    return ExecutionResult(
+        rollout_id=request_id,
+        status=RolloutStatus.FAILURE,
+        error_category=ErrorCategory.AGENT_ERROR,
+        error_message=(
+            f"the {what} could not be loaded inside the trial environment: "
+            f"{describe_exception(exc)}; make sure its code and dependencies are in the image"
+        ),
+        error_phase=phase,
+    )
+
+
+async def _run_workflow(spec: dict[str, Any]) -> ExecutionResult:
+    request = _request(spec["request"])
+    try:
+        workflow = resolve_class(spec["workflow"], AgentWorkflow, "workflow")
+        config = AgentWorkflowConfig.from_dict(spec.get("workflow_config"))
+    except Exception as exc:
+        return _setup_failure(request.id, Phase.SETUP, exc, "workflow")
+    llm = None
+    if spec.get("llm"):
+        llm = LLMEndpoint(
+            base_url=spec["llm"]["base_url"],
+            model=spec["llm"]["model"],
+            api_key=os.environ.get(API_KEY_ENV) or None,
+        )
+    return await run_workflow_phase(request, workflow, config, llm, artifacts_root_from_env())
+
+
+async def _run_grader(spec: dict[str, Any]) -> ExecutionResult:
+    request = _request(spec["request"])
+    try:
+        grader = resolve_class(spec["grader"], Grader, "grader")
+        config = GraderConfig.from_dict(spec.get("grader_config"))
+    except Exception as exc:
+        return _setup_failure(request.id, Phase.GRADER, exc, "grader")
+    workflow_result = result_from_json(spec["workflow_result"])
+    return await run_grader_phase(
+        request, workflow_result, grader, config, artifacts_root_from_env()
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; returns the process exit code (2 for a bad invocation)."""
+    if len(argv) != 3 or argv[0] not in {"workflow", "grader"}:
+        print(
+            "usage: python3 -m osmo_run.sdk._sandbox workflow|grader INPUT RESULT", file=sys.stderr
+        )
+        return 2
+    phase, input_path, result_path = argv[0], Path(argv[1]), Path(argv[2])
+    spec = json.loads(input_path.read_text(encoding="utf-8"))
+    ensure_on_path(Path(os.environ.get(CODE_DIR_ENV) or spec.get("code_dir") or "."))
+    started = time.monotonic()
+    run = _run_workflow if phase == "workflow" else _run_grader
+    result = run_to_completion(run(spec))
+    result.timings.total_sec = time.monotonic() - started
+    tmp = result_path.with_name(result_path.name + ".tmp")
+    tmp.write_text(
+        json.dumps(result_to_json(result), ensure_ascii=False, default=repr), encoding="utf-8"
+    )
+    tmp.replace(result_path)  # atomic: the host never reads half a result
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # do not wait for an abandoned workflow's threads: the result is written
