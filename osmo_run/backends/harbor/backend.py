@@ -43,6 +43,7 @@ from osmo_run.backends.harbor.plugins import (
     RUNNER_MARGIN_SEC,
     VERIFIER_IMPORT_PATH,
 )
+from osmo_run.backends.harbor.relay import LoopbackRelay, rewrite_url, url_target
 from osmo_run.backends.harbor.results import trial_to_result
 from osmo_run.backends.harbor.runtime import stage_runtime, stage_user_code
 from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
@@ -218,6 +219,8 @@ class HarborBackend(ExecutionBackend):
         self._prepared = False
         self._staging: Path | None = None
         self._compose_overlay: Path | None = None
+        self._relay: LoopbackRelay | None = None
+        self._container_llm_url = llm.base_url if llm else None
         for event in TrialEvent:
             self._queue.add_hook(event, self._on_event)
 
@@ -254,11 +257,11 @@ class HarborBackend(ExecutionBackend):
         async with self._prepare_lock:
             if self._prepared:
                 return
-            self._check_llm_reachable()
             if self._is_docker:
                 await docker_ops.engine_ready()
             else:
                 self._preflight()
+            await self._make_llm_reachable()
             if self._task_dir is not None:
                 problems = check_task_dir(self._task_dir)
                 if problems:
@@ -283,6 +286,8 @@ class HarborBackend(ExecutionBackend):
         """Remove what the run left: its containers (by label), networks and staging."""
         if self._is_docker and self._prepared:
             await docker_ops.remove_run_leftovers(self._run_id)
+        if self._relay is not None:
+            await self._relay.close()
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
 
@@ -432,7 +437,7 @@ class HarborBackend(ExecutionBackend):
             },
             "llm": None
             if self._llm is None
-            else {"base_url": self._llm.base_url, "model": self._llm.model},
+            else {"base_url": self._container_llm_url, "model": self._llm.model},
         }
 
     def _verifier_config(
@@ -538,15 +543,27 @@ class HarborBackend(ExecutionBackend):
 
     # -- checks before any row runs --------------------------------------------------------
 
-    def _check_llm_reachable(self) -> None:
+    async def _make_llm_reachable(self) -> None:
+        """Relay a loopback model endpoint into Docker containers; refuse it elsewhere."""
         if self._llm is None or not _is_loopback(self._llm.base_url):
             return
-        raise EnvironmentNotReady(
-            f"llm.base_url {self._llm.base_url} is a loopback address, which is not the host "
-            "from inside a trial container; serve the model on an address the containers "
-            "reach (e.g. listen on 0.0.0.0 and use http://172.17.0.1:PORT/v1 with Docker) "
-            "and set llm.base_url to it"
-        )
+        if not self._is_docker:
+            raise EnvironmentNotReady(
+                f"llm.base_url {self._llm.base_url} is a loopback address, which a remote "
+                "sandbox cannot reach; serve the model on a public address and set "
+                "llm.base_url to it"
+            )
+        gateway = await docker_ops.bridge_gateway()
+        self._relay = LoopbackRelay(*url_target(self._llm.base_url))
+        try:
+            port = await self._relay.start(gateway)
+        except OSError as exc:
+            raise EnvironmentNotReady(
+                f"llm.base_url {self._llm.base_url} is a loopback address and relaying it "
+                f"into containers on {gateway} failed ({exc}); serve the model on an "
+                "address containers reach and set llm.base_url to it"
+            ) from None
+        self._container_llm_url = rewrite_url(self._llm.base_url, gateway, port)
 
     def _preflight(self) -> None:
         from harbor.environments.factory import EnvironmentFactory

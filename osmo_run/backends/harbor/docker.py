@@ -69,6 +69,17 @@ async def engine_ready() -> None:
         ) from None
 
 
+async def bridge_gateway() -> str:
+    """The host's address on Docker's default bridge, which every container can reach."""
+    try:
+        text = await docker(
+            "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"
+        )
+    except DockerCommandError as exc:
+        raise EnvironmentNotReady(f"cannot find Docker's bridge network: {exc}") from None
+    return text.strip()
+
+
 async def image_exists(tag: str) -> bool:
     return not (await docker("image", "inspect", tag, check=False)).startswith("[]")
 
