@@ -47,6 +47,8 @@ class DatasetRow:
     row_id: str
     request: ExecutionRequest | None
     error: str | None = None
+    explicit_id: bool = False
+    """The row's ``id`` column named it (otherwise its line number did)."""
 
 
 class _RowError(ValueError):
@@ -142,12 +144,12 @@ def parse_row(
     )
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` for non-blank lines; :class:`DatasetError` on bad bytes."""
+def _lines(path: Path) -> Iterator[tuple[int, str | _RowError]]:
+    """Yield ``(line_number, text)``, or the error for a line that is not UTF-8."""
     try:
         with open(path, "rb") as handle:
             for number, raw in enumerate(handle, start=1):
-                yield number, _decode(path, number, raw)
+                yield number, _decode(number, raw)
     except FileNotFoundError:
         raise DatasetError(f"{path}: dataset file not found") from None
     except IsADirectoryError:
@@ -156,15 +158,13 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DatasetError(f"{path}: cannot read dataset: {exc.strerror}") from None
 
 
-def _decode(path: Path, number: int, raw: bytes) -> str:
+def _decode(number: int, raw: bytes) -> str | _RowError:
     if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte-order mark says nothing about the rows
     try:
-        return raw.decode("utf-8")
+        return raw.rstrip(b"\r\n").decode("utf-8")  # JSON error columns count on this line
     except UnicodeDecodeError as exc:
-        raise DatasetError(
-            f"{path}:{number}: not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8"
-        ) from None
+        return _RowError(f"not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8")
 
 
 class Dataset:
@@ -188,14 +188,20 @@ class Dataset:
 
     def rows(self) -> Iterator[DatasetRow]:
         """Yield every selected row, bad ones with ``error`` set, in file order."""
-        lines = (item for item in _lines(self.path) if item[1].strip())
+        lines = (
+            item for item in _lines(self.path) if not isinstance(item[1], str) or item[1].strip()
+        )
         for index, (number, text) in enumerate(lines):
             if self._limit is not None and index >= self._limit:
                 return
+            obj: object = None
             try:
+                if isinstance(text, _RowError):
+                    raise text
                 obj = json.loads(text)
                 request = parse_row(obj, number, self._agent_timeout_sec, self._grader_timeout_sec)
-                yield DatasetRow(index, number, request.id, request)
+                explicit = isinstance(obj, dict) and "id" in obj
+                yield DatasetRow(index, number, request.id, request, explicit_id=explicit)
             except (json.JSONDecodeError, RecursionError) as exc:
                 reason = (
                     f"not valid JSON ({exc.msg}, column {exc.colno})"
@@ -218,6 +224,7 @@ class Dataset:
         count = 0
         problems: list[str] = []
         seen: dict[str, int] = {}
+        line_named = False
         for row in self.rows():
             count += 1
             if row.error is not None:
@@ -228,14 +235,25 @@ class Dataset:
                     )
                 problems.append(row.error)
                 continue
-            if row.row_id == str(row.line):
+            if not row.explicit_id:
+                line_named = True
                 continue  # a line-number id is unique; remembering it would cost memory per row
             if row.row_id in seen:
-                raise DatasetError(
-                    f"{self.path}:{row.line}: duplicate id {row.row_id!r} "
-                    f"(first at line {seen[row.row_id]}); ids must be unique"
-                )
+                raise self._duplicate(row.row_id, seen[row.row_id], row.line)
             seen[row.row_id] = row.line
         if count == 0:
             raise DatasetError(f"{self.path}: the dataset has no rows")
+        if line_named and any(row_id.isdigit() for row_id in seen):
+            # An explicit id may equal another row's line number: check those, in a second pass
+            # that only datasets mixing both kinds of id (with numeric ids) pay for.
+            for row in self.rows():
+                first = None if row.explicit_id else seen.get(row.row_id)
+                if first is not None and row.error is None:
+                    raise self._duplicate(row.row_id, *sorted((first, row.line)))
         return count, problems
+
+    def _duplicate(self, row_id: str, first: int, again: int) -> DatasetError:
+        return DatasetError(
+            f"{self.path}:{again}: duplicate id {row_id!r} (first at line {first}); "
+            "ids must be unique"
+        )

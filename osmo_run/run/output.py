@@ -27,13 +27,19 @@ class OutputWriter:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             raise OutputError(f"{path}: cannot open the output file: {exc.strerror}") from None
-        self._file = os.fdopen(fd, "a", encoding="utf-8")
+        # A lone surrogate (a \ud800 escape in the data) is written back as that JSON escape.
+        self._file = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
         self.lines_written = 0
 
-    def write(self, line: str) -> None:
+    def mask(self, text: str) -> str:
+        """``text`` with every secret replaced by ``***``."""
         for secret in self._secrets:
-            if secret in line:
-                line = line.replace(secret, "***")
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
+    def write(self, line: str) -> None:
+        line = self.mask(line)
         try:
             self._file.write(line + "\n")
             self._file.flush()

@@ -82,8 +82,15 @@ class Runner:
         row = flight.row
         if not result.timings.total_sec:
             result.timings.total_sec = time.monotonic() - flight.started
+        if result.error_message:  # the display prints it too: mask secrets there as well
+            result.error_message = self._writer.mask(result.error_message)
         try:
-            self._writer.write(record_line(record_dict(row.index, row.line, result)))
+            line = record_line(record_dict(row.index, row.line, result))
+        except (ValueError, TypeError, RecursionError) as exc:  # NaN, a cycle, a non-str key
+            result = _unwritable(result, exc)
+            line = record_line(record_dict(row.index, row.line, result))
+        try:
+            self._writer.write(line)
         except BaseException as exc:
             self._fatal = exc
             self.interrupt()
@@ -176,6 +183,19 @@ def _failure(row: DatasetRow, category: ErrorCategory, message: str | None) -> E
         error_category=category,
         error_message=message,
         error_phase=Phase.SETUP,
+    )
+
+
+def _unwritable(result: ExecutionResult, exc: BaseException) -> ExecutionResult:
+    """The failure recorded instead of a result that JSON cannot hold; the run goes on."""
+    return ExecutionResult(
+        rollout_id=result.rollout_id,
+        status=RolloutStatus.FAILURE,
+        error_category=ErrorCategory.VALIDATION_ERROR,
+        error_message=f"the result cannot be written as JSON ({type(exc).__name__}: {exc}); "
+        "messages, metrics and info must hold JSON values (no NaN, no cycles)",
+        error_phase=result.error_phase or Phase.WORKFLOW,
+        timings=result.timings,
     )
 
 

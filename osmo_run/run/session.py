@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 
 from rich.console import Console
 
@@ -60,6 +61,9 @@ def default_output(dataset: Path) -> Path:
     """``runs/<dataset stem>-<UTC time>/results.jsonl`` under the working directory."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{dataset.stem}-{stamp}" / "results.jsonl"
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def summary_path(output: Path) -> Path:
@@ -108,6 +112,8 @@ def execute_run(
     total, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
     _check_output(settings.output, settings.overwrite)
     backend = make_backend()
+    if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)
+        console = Console(file=console.file, highlight=False, color_system=None)
     display = make_display(settings.display, console)
     description = (
         f"{settings.description} · {total} rows · concurrency {backend.max_concurrency} · "
@@ -121,17 +127,29 @@ def execute_run(
         with OutputWriter(settings.output, secrets) as writer:
             runner = Runner(backend, writer, display)
 
-            def on_signal() -> None:
-                if runner.interrupted:
-                    display.stop()
-                    os._exit(ExitCode.INTERRUPTED)  # second Ctrl-C: leave now; rows are on disk
+            def interrupt() -> None:
                 display.message(
                     "Interrupted: cancelling rows in flight (press Ctrl-C again to quit at once)"
                 )
                 runner.interrupt()
 
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal)
+            interrupted = False
+
+            def on_signal(signum: int, frame: FrameType | None) -> None:
+                # A Python-level handler, not loop.add_signal_handler: it runs even while a
+                # workflow blocks the event loop, so a second Ctrl-C always quits at once.
+                nonlocal interrupted
+                if interrupted:
+                    display.stop()
+                    os._exit(ExitCode.INTERRUPTED)  # second Ctrl-C: leave now; rows are on disk
+                interrupted = True
+                try:
+                    loop.call_soon_threadsafe(interrupt)
+                except RuntimeError:
+                    pass  # the loop has closed: the run is over
+
+            for sig in _SIGNALS:
+                signal.signal(sig, on_signal)
             await backend.prepare()
             display.start(total, description)
             try:
@@ -139,10 +157,13 @@ def execute_run(
             finally:
                 display.stop()
                 await backend.aclose()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
 
-    summary = run_to_completion(main())
+    previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    try:
+        summary = run_to_completion(main())
+    finally:  # after leftover tasks had their grace, which a second Ctrl-C may cut short
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     summary_file = summary_path(settings.output)
     summary.output = str(settings.output)
     summary_file.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")

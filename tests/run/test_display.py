@@ -1,0 +1,153 @@
+"""What a person sees: plain lines without control codes, the live table, the summary."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from osmo_run import ErrorCategory, ExecutionResult, Phase, RolloutSample, RolloutStatus
+from osmo_run.run.display import (
+    LiveDisplay,
+    NullDisplay,
+    PlainDisplay,
+    make_display,
+    render_summary,
+)
+from osmo_run.run.summary import RunSummary
+
+
+def _ok(row_id: str = "ok-1") -> ExecutionResult:
+    return ExecutionResult(row_id, RolloutStatus.SUCCESS, sample=RolloutSample(reward=1.0))
+
+
+def _failed(row_id: str = "bad-1") -> ExecutionResult:
+    return ExecutionResult(
+        row_id,
+        RolloutStatus.FAILURE,
+        error_category=ErrorCategory.AGENT_ERROR,
+        error_message="ZeroDivisionError: division by zero (at calc.py:4 in run)",
+        error_phase=Phase.WORKFLOW,
+    )
+
+
+def _render(renderable: object, terminal: bool = False) -> str:
+    stream = io.StringIO()
+    console = Console(file=stream, width=120, force_terminal=terminal, color_system=None)
+    console.print(renderable)
+    return stream.getvalue()
+
+
+def test_plain_display_prints_failures_and_totals_without_control_codes() -> None:
+    stream = io.StringIO()
+    display = PlainDisplay(stream)
+    display.start(3, "osmo-run local data.jsonl · 3 rows")
+    display.row_started("ok-1")
+    display.row_finished(_ok())
+    display.row_finished(_failed())
+    display.message("Interrupted: cancelling rows in flight")
+    display.stop()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "osmo-run local data.jsonl · 3 rows"
+    assert lines[1] == (
+        "FAILURE row bad-1 [agent_error, workflow]: "
+        "ZeroDivisionError: division by zero (at calc.py:4 in run)"
+    )
+    assert lines[2] == "Interrupted: cancelling rows in flight"
+    assert lines[3].startswith("finished: 2/3 done · 1 ok · 1 failed · ")
+    assert len(lines) == 4
+    assert "\x1b" not in stream.getvalue()
+
+
+def test_plain_display_caps_failure_lines_and_says_so() -> None:
+    stream = io.StringIO()
+    display = PlainDisplay(stream, max_failure_lines=2)
+    display.start(5, "run")
+    for i in range(5):
+        display.row_finished(_failed(f"bad-{i}"))
+    lines = stream.getvalue().splitlines()
+    assert [line.split(" [")[0] for line in lines[1:3]] == [
+        "FAILURE row bad-0",
+        "FAILURE row bad-1",
+    ]
+    assert lines[3:] == ["(further failed rows are in the output file only)"]
+
+
+def test_plain_display_prints_progress_once_per_interval() -> None:
+    stream = io.StringIO()
+    display = PlainDisplay(stream, interval_sec=0.0)
+    display.start(2, "run")
+    display.row_finished(_ok())
+    assert stream.getvalue().splitlines()[-1].startswith("progress: 1/2 done · 1 ok · 0 failed")
+    quiet = io.StringIO()
+    slow = PlainDisplay(quiet, interval_sec=3600)
+    slow.start(2, "run")
+    slow.row_finished(_ok())
+    slow.tick()
+    assert quiet.getvalue() == "run\n"
+
+
+@pytest.mark.parametrize(
+    ("kind", "terminal", "expected"),
+    [
+        ("none", True, NullDisplay),
+        ("plain", True, PlainDisplay),
+        ("live", False, LiveDisplay),
+        ("auto", True, LiveDisplay),
+        ("auto", False, PlainDisplay),
+    ],
+)
+def test_display_kind_follows_the_flag_and_the_terminal(
+    kind: str, terminal: bool, expected: type
+) -> None:
+    console = Console(file=io.StringIO(), force_terminal=terminal)
+    assert isinstance(make_display(kind, console), expected)
+
+
+def test_live_display_shows_rows_in_flight_with_their_phase_and_recent_results() -> None:
+    display = LiveDisplay(Console(file=io.StringIO()))
+    display.row_started("row-a")
+    display.row_started("row-b")
+    display.row_phase("row-a", "grading")
+    display.row_finished(_failed("row-b"))
+    text = _render(display)
+    assert "in flight (1)" in text
+    assert "row-a" in text and "grading" in text
+    assert "row-b" in text and "failure" in text and "agent_error" in text
+    assert "errors: agent_error 1" in text
+
+
+def _run_summary(interrupted: bool = False) -> RunSummary:
+    return RunSummary(
+        total=4,
+        by_status={"success": 2, "failure": 2},
+        error_categories={"timeout": 2},
+        graded=2,
+        reward_sum=1.5,
+        reward_min=0.5,
+        reward_max=1.0,
+        duration_p50=0.5,
+        duration_p95=1.0,
+        duration_max=1.2,
+        grader_skipped={"row has no label": 1},
+        output="runs/x/results.jsonl",
+        interrupted=interrupted,
+    )
+
+
+def test_summary_reports_both_means_the_histogram_and_the_output() -> None:
+    text = _render(render_summary(_run_summary()))
+    assert text.startswith("Run summary\n")
+    assert "4 (success 2 · failure 2)" in text
+    assert "mean 0.375 over all 4 rows (no reward = 0)" in text
+    assert "mean 0.75 over 2 graded" in text
+    assert "timeout      2 " in text
+    assert "row has no label: 1" in text
+    assert "runs/x/results.jsonl" in text
+
+
+def test_interrupted_summary_says_so() -> None:
+    assert _render(render_summary(_run_summary(interrupted=True))).startswith(
+        "Run summary (interrupted)"
+    )
