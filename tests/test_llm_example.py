@@ -105,6 +105,7 @@ code_dir: {REPO}
 workflow_config: {{settings: {{temperature: 0.2, max_tokens: 16}}}}
 llm: {{base_url: "{base_url}", model: stub-model, api_key_env: OSMO_TEST_LLM_KEY}}
 timeouts: {{agent_sec: 10, grader_sec: 5}}
+retries: {{max_attempts: 1}}  # each failure mode is asserted on its first and only try
 output: out.jsonl
 """
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,11 +20,16 @@ from osmo_run.cli.options import (
     LimitOption,
     OutputOption,
     OverwriteOption,
+    ResumeOption,
+    RetryErrorsOption,
+    SamplesOption,
+    ShardOption,
     SpecOption,
     WorkflowOption,
     check_display,
     console,
     load_spec_with_flags,
+    retry_categories,
 )
 
 
@@ -42,8 +48,8 @@ def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
     return kwargs
 
 
-def _instruction_dataset(task_dir: Path, output: Path) -> Path:
-    """A one-row dataset holding the task's own instruction, written beside the output."""
+def _instruction_dataset(task_dir: Path) -> Path:
+    """A one-row dataset holding the task's own instruction, in the temporary directory."""
     from osmo_run.errors import TaskDirError
 
     instruction = task_dir / "instruction.md"
@@ -51,7 +57,7 @@ def _instruction_dataset(task_dir: Path, output: Path) -> Path:
         text = instruction.read_text(encoding="utf-8")
     except OSError:
         raise TaskDirError(f"{instruction}: cannot read the task's instruction") from None
-    path = output.parent / "instruction.jsonl"
+    path = Path(tempfile.gettempdir()) / "osmo-run-instructions" / f"{task_dir.name}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     row = {"id": task_dir.name, "prompt": text}
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
@@ -115,10 +121,15 @@ def harbor(
     bad_rows: BadRowsOption = None,
     code_dir: CodeDirOption = None,
     display: DisplayOption = "auto",
+    resume: ResumeOption = False,
+    retry_errors: RetryErrorsOption = None,
+    samples: SamplesOption = None,
+    shard: ShardOption = None,
 ) -> None:
     """Run every row in its own Harbor trial (HarborBackend): isolation per row."""
     from osmo_run.errors import InputError
-    from osmo_run.run.session import RunSettings, default_output, execute_run
+    from osmo_run.run.runfiles import RunPaths
+    from osmo_run.run.session import RunSettings, execute_run
     from osmo_run.sdk._imports import ensure_on_path
 
     check_display(display)
@@ -134,6 +145,8 @@ def harbor(
             "bad_rows": bad_rows,
             "code_dir": code_dir,
             "output": output,
+            "samples_per_row": samples,
+            "shard": shard,
             "harbor": {
                 "task_dir": task_dir,
                 "tasks_root": tasks_root,
@@ -155,10 +168,9 @@ def harbor(
 
     code_root = run_spec.code_dir or Path.cwd()
     ensure_on_path(code_root)
-    out = run_spec.output or default_output(dataset or Path(settings_harbor.task_dir or "task"))
     if dataset is None:
         assert settings_harbor.task_dir is not None
-        dataset = _instruction_dataset(settings_harbor.task_dir, out)
+        dataset = _instruction_dataset(settings_harbor.task_dir)
     llm = run_spec.llm.endpoint() if run_spec.llm else None
     environment = environment_config(
         settings_harbor.env,
@@ -168,13 +180,23 @@ def harbor(
     settings = RunSettings(
         dataset=dataset,
         spec=run_spec,
-        output=out,
+        output=run_spec.output,
         display=display,
         overwrite=overwrite,
+        resume=resume,
+        retry_errors=retry_categories(retry_errors),
         description=f"osmo-run harbor {dataset} · env {settings_harbor.env}",
+        backend_name="harbor",
+        backend_identity={
+            "harbor_task_dir": str(settings_harbor.task_dir),
+            "harbor_tasks_root": str(settings_harbor.tasks_root),
+            "harbor_env": settings_harbor.environment_import_path or settings_harbor.env,
+            "harbor_env_kwargs": settings_harbor.environment_kwargs,
+        },
+        info={"prebuild": settings_harbor.prebuild, "keep_trials": settings_harbor.keep_trials},
     )
 
-    def make_backend() -> HarborBackend:
+    def make_backend(paths: RunPaths) -> HarborBackend:
         return HarborBackend(
             task_dir=settings_harbor.task_dir,
             tasks_root=settings_harbor.tasks_root,
@@ -186,7 +208,7 @@ def harbor(
             environment_config=environment,
             prebuild_local_image=settings_harbor.prebuild,
             cleanup_successful_trials=not settings_harbor.keep_trials,
-            trials_dir=settings_harbor.trials_dir or out.parent / "trials",
+            trials_dir=settings_harbor.trials_dir or paths.trials,
             llm=llm,
             llm_api_key_env=run_spec.llm.api_key_env if run_spec.llm else None,
         )

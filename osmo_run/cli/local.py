@@ -18,11 +18,16 @@ from osmo_run.cli.options import (
     LimitOption,
     OutputOption,
     OverwriteOption,
+    ResumeOption,
+    RetryErrorsOption,
+    SamplesOption,
+    ShardOption,
     SpecOption,
     WorkflowOption,
     check_display,
     console,
     load_spec_with_flags,
+    retry_categories,
 )
 
 
@@ -40,10 +45,15 @@ def local(
     bad_rows: BadRowsOption = None,
     code_dir: CodeDirOption = None,
     display: DisplayOption = "auto",
+    resume: ResumeOption = False,
+    retry_errors: RetryErrorsOption = None,
+    samples: SamplesOption = None,
+    shard: ShardOption = None,
 ) -> None:
     """Run every row in this process (LocalBackend): the shortest debugging loop."""
     from osmo_run.backends.local import LocalBackend
-    from osmo_run.run.session import RunSettings, default_output, execute_run
+    from osmo_run.run.runfiles import RunPaths
+    from osmo_run.run.session import RunSettings, execute_run
     from osmo_run.sdk._imports import ensure_on_path
 
     check_display(display)
@@ -59,6 +69,8 @@ def local(
             "bad_rows": bad_rows,
             "code_dir": code_dir,
             "output": output,
+            "samples_per_row": samples,
+            "shard": shard,
         },
     )
     ensure_on_path(run_spec.code_dir or Path.cwd())
@@ -66,20 +78,22 @@ def local(
     settings = RunSettings(
         dataset=dataset,
         spec=run_spec,
-        output=run_spec.output or default_output(dataset),
+        output=run_spec.output,
         display=display,
         overwrite=overwrite,
+        resume=resume,
+        retry_errors=retry_categories(retry_errors),
         description=f"osmo-run local {dataset}",
     )
 
-    def make_backend() -> LocalBackend:
+    def make_backend(paths: RunPaths) -> LocalBackend:
         return LocalBackend(
             run_spec.workflow,
             run_spec.agent_workflow_config(),
             run_spec.grader,
             run_spec.grader_config_object(),
             llm=llm,
-            artifacts_root=settings.output.parent / "artifacts",
+            artifacts_root=paths.artifacts,
         )
 
     secrets = (llm.api_key,) if llm is not None and llm.api_key else ()

@@ -50,6 +50,26 @@ CodeDirOption = Annotated[
     Path | None, typer.Option(help="Directory the workflow's package imports from [default: .].")
 ]
 DisplayOption = Annotated[str, typer.Option(help="auto, live, plain or none.")]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(help="Continue the run in --output: keep finished rows, run the rest."),
+]
+RetryErrorsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retry-errors",
+        flag_value="all",
+        help="Rerun the run's failed rows; optionally only these categories, comma-separated "
+        "(e.g. --retry-errors timeout,infra_error). Earlier attempts stay on record.",
+    ),
+]
+SamplesOption = Annotated[
+    int | None, typer.Option("--samples", min=1, help="Rollouts per row (pass@k).")
+]
+ShardOption = Annotated[
+    str | None,
+    typer.Option(help="K/N: run the rows whose index is K-1 modulo N (split across machines)."),
+]
 
 
 def console() -> Console:
@@ -108,3 +128,26 @@ def load_spec_with_flags(
     except ValidationError as exc:
         source = "command line" if spec is None else f"{spec} + command line"
         raise SpecError(format_validation_error(source, exc, RunSpec)) from None
+
+
+def retry_categories(value: str | None) -> frozenset[str] | None:
+    """``--retry-errors`` as a set of categories (empty: every category); ``None`` if absent.
+
+    Raises :class:`~osmo_run.errors.InputError` naming an unknown category.
+    """
+    from osmo_run.errors import InputError
+    from osmo_run.sdk.types import ErrorCategory
+
+    if value is None:
+        return None
+    if value == "all":
+        return frozenset()
+    names = frozenset(part.strip() for part in value.split(",") if part.strip())
+    known = {c.value for c in ErrorCategory}
+    unknown = sorted(names - known)
+    if unknown:
+        raise InputError(
+            f"--retry-errors: {', '.join(unknown)} is not an error category "
+            f"({', '.join(sorted(known))})"
+        )
+    return names

@@ -14,6 +14,7 @@ line in memory, except the set of explicit ids used to refuse duplicates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -180,20 +181,37 @@ class Dataset:
         agent_timeout_sec: float | None = None,
         grader_timeout_sec: float | None = None,
         limit: int | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> None:
         self.path = path
         self._agent_timeout_sec = agent_timeout_sec
         self._grader_timeout_sec = grader_timeout_sec
         self._limit = limit
+        self._shard = shard
 
-    def rows(self) -> Iterator[DatasetRow]:
-        """Yield every selected row, bad ones with ``error`` set, in file order."""
+    def content_sha256(self) -> str:
+        """The hash of the file's bytes: a run is defined by its data, not its path."""
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
+        """Yield every selected row, bad ones with ``error`` set, in file order.
+
+        ``index`` counts rows within ``limit``; a shard ``(K, N)`` keeps the rows whose
+        index is ``K-1`` modulo ``N`` unless ``whole_selection``.
+        """
         lines = (
             item for item in _lines(self.path) if not isinstance(item[1], str) or item[1].strip()
         )
+        shard = None if whole_selection else self._shard
         for index, (number, text) in enumerate(lines):
             if self._limit is not None and index >= self._limit:
                 return
+            if shard is not None and index % shard[1] != shard[0] - 1:
+                continue
             obj: object = None
             try:
                 if isinstance(text, _RowError):

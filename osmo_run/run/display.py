@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
 from typing import IO, Protocol
 
 from rich.console import Console, Group, RenderableType
@@ -15,8 +16,23 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from osmo_run.run.stats import MeanEstimate
 from osmo_run.run.summary import RunSummary
 from osmo_run.sdk.types import ExecutionResult, RolloutStatus
+
+
+@dataclass
+class _InFlight:
+    started: float
+    phase: str
+    retry_at: float | None = None
+
+    def phase_text(self, now: float) -> str:
+        """The phase as shown; a row waiting to retry counts down to its next try."""
+        if self.retry_at is None:
+            return self.phase
+        return f"{self.phase}, next try in {max(self.retry_at - now, 0.0):.1f}s"
+
 
 _STATUS_STYLE = {"success": "green", "failure": "red", "cancelled": "yellow"}
 
@@ -27,6 +43,14 @@ class Display(Protocol):
     def start(self, total: int, description: str) -> None: ...
     def row_started(self, row_id: str) -> None: ...
     def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_retrying(
+        self,
+        row_id: str,
+        attempt: int,
+        max_attempts: int,
+        delay_sec: float,
+        failed: ExecutionResult,
+    ) -> None: ...
     def row_finished(self, result: ExecutionResult) -> None: ...
     def message(self, text: str) -> None: ...
     def tick(self) -> None: ...
@@ -66,6 +90,14 @@ class NullDisplay:
     def start(self, total: int, description: str) -> None: ...
     def row_started(self, row_id: str) -> None: ...
     def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_retrying(
+        self,
+        row_id: str,
+        attempt: int,
+        max_attempts: int,
+        delay_sec: float,
+        failed: ExecutionResult,
+    ) -> None: ...
     def row_finished(self, result: ExecutionResult) -> None: ...
     def message(self, text: str) -> None: ...
     def tick(self) -> None: ...
@@ -99,6 +131,20 @@ class PlainDisplay:
     def row_started(self, row_id: str) -> None: ...
 
     def row_phase(self, row_id: str, phase: str) -> None: ...
+
+    def row_retrying(
+        self,
+        row_id: str,
+        attempt: int,
+        max_attempts: int,
+        delay_sec: float,
+        failed: ExecutionResult,
+    ) -> None:
+        category = failed.error_category.value if failed.error_category else "-"
+        self._print(
+            f"RETRY row {row_id} (attempt {attempt}/{max_attempts} in {delay_sec:.1f}s) "
+            f"after {category}: {failed.error_message}"
+        )
 
     def row_finished(self, result: ExecutionResult) -> None:
         self._counts.add(result)
@@ -137,7 +183,7 @@ class LiveDisplay:
         self._console = console
         self._max_in_flight = max_in_flight_rows
         self._counts = _Counts()
-        self._in_flight: dict[str, tuple[float, str]] = {}
+        self._in_flight: dict[str, _InFlight] = {}
         self._recent: deque[ExecutionResult] = deque(maxlen=recent_rows)
         self._description = ""
         self._live: Live | None = None
@@ -147,13 +193,13 @@ class LiveDisplay:
         header = Text(self._description, style="bold")
         progress = Text(counts.line())
         now = time.monotonic()
-        in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1][0])
+        in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1].started)
         running = Table(title=f"in flight ({len(in_flight)})", title_justify="left", expand=False)
         running.add_column("row")
         running.add_column("phase")
         running.add_column("elapsed", justify="right")
-        for row_id, (started, phase) in in_flight[: self._max_in_flight]:
-            running.add_row(row_id, phase, f"{now - started:.1f}s")
+        for row_id, entry in in_flight[: self._max_in_flight]:
+            running.add_row(row_id, entry.phase_text(now), f"{now - entry.started:.1f}s")
         if len(in_flight) > self._max_in_flight:
             running.add_row(f"… {len(in_flight) - self._max_in_flight} more", "", "")
         recent = Table(title="last finished", title_justify="left")
@@ -188,12 +234,27 @@ class LiveDisplay:
         self._live.start()
 
     def row_started(self, row_id: str) -> None:
-        self._in_flight[row_id] = (time.monotonic(), "queued")
+        self._in_flight[row_id] = _InFlight(time.monotonic(), "queued")
 
     def row_phase(self, row_id: str, phase: str) -> None:
         entry = self._in_flight.get(row_id)
         if entry is not None:
-            self._in_flight[row_id] = (entry[0], phase)
+            entry.phase = phase
+            entry.retry_at = None
+
+    def row_retrying(
+        self,
+        row_id: str,
+        attempt: int,
+        max_attempts: int,
+        delay_sec: float,
+        failed: ExecutionResult,
+    ) -> None:
+        entry = self._in_flight.get(row_id)
+        if entry is not None:
+            category = failed.error_category.value if failed.error_category else "failure"
+            entry.phase = f"retry {attempt}/{max_attempts} after {category}"
+            entry.retry_at = time.monotonic() + delay_sec
 
     def row_finished(self, result: ExecutionResult) -> None:
         self._in_flight.pop(result.rollout_id, None)
@@ -228,23 +289,52 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
+def _ci(estimate: MeanEstimate | None) -> str:
+    if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
+        return ""
+    return f" ±{_fmt(estimate.stderr, 2)} (95% CI {_fmt(estimate.ci_low)}–{_fmt(estimate.ci_high)})"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
 def render_summary(summary: RunSummary) -> RenderableType:
-    """The end-of-run report: statuses, rewards, durations, the error histogram, the output."""
+    """The end-of-run report: statuses, rewards with their uncertainty, coverage, pass
+    rate and pass@k, durations, the error histogram, and where the output went."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
+    unit = "rollouts" if summary.samples_per_row > 1 else "rows"
     statuses = " · ".join(f"{k} {v}" for k, v in summary.by_status.items()) or "none"
-    table.add_row("rows", f"{summary.total} ({statuses})")
+    table.add_row(unit, f"{summary.total} ({statuses})")
     table.add_row(
         "reward",
-        f"mean {_fmt(summary.mean_reward_all)} over all {summary.total} rows (no reward = 0) · "
-        f"mean {_fmt(summary.mean_reward_graded)} over {summary.graded} graded · "
-        f"min {_fmt(summary.reward_min)} · max {_fmt(summary.reward_max)}",
+        f"mean {_fmt(summary.mean_reward_all)}{_ci(summary.all_estimate)} over all "
+        f"{summary.total} {unit} (no reward = 0)\n"
+        f"mean {_fmt(summary.mean_reward_graded)}{_ci(summary.graded_estimate)} over "
+        f"{summary.graded} graded · min {_fmt(summary.reward_min)} · "
+        f"max {_fmt(summary.reward_max)}",
     )
+    coverage = summary.coverage
+    table.add_row(
+        "coverage",
+        f"{summary.graded}/{summary.total} graded"
+        + ("" if coverage is None else f" ({coverage:.0%})"),
+    )
+    rate = summary.pass_rate
+    passes = f"{summary.passed}/{summary.total} reached reward ≥ {summary.pass_threshold:g}"
+    if rate is not None:
+        passes += f" ({rate:.0%})"
+    if summary.samples_per_row > 1:
+        passes += " · " + " · ".join(f"pass@{k} {_fmt(v)}" for k, v in summary.pass_at_k.items())
+    table.add_row("passed", passes)
     table.add_row(
         "duration",
-        f"p50 {_fmt(summary.duration_p50)}s · p95 {_fmt(summary.duration_p95)}s · "
-        f"max {_fmt(summary.duration_max)}s",
+        f"p50 {_duration(summary.duration_p50)} · p95 {_duration(summary.duration_p95)} · "
+        f"max {_duration(summary.duration_max)}",
     )
     if summary.error_categories:
         largest = max(summary.error_categories.values())

@@ -30,15 +30,29 @@ class SampleRecord(BaseModel):
     metrics: dict[str, float]
 
 
+class AttemptRecord(BaseModel):
+    """An earlier try of the same rollout that failed and was retried."""
+
+    attempt: int
+    error_category: str | None
+    error_message: str | None
+    error_phase: str | None
+    total_sec: float
+
+
 class OutputRecord(BaseModel):
-    """One finished row as stored in the output JSONL."""
+    """One finished rollout (a row, or one sample of it) as stored in the output JSONL."""
 
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1]
     row_id: str
+    rollout_id: str
     row_index: int
+    sample_index: int
     line: int
+    attempt: int
+    attempts: list[AttemptRecord]
     status: Literal["success", "failure", "cancelled"]
     reward: float | None
     error_category: str | None
@@ -51,15 +65,38 @@ class OutputRecord(BaseModel):
     backend: dict[str, Any]
 
 
-def record_dict(row_index: int, line: int, result: ExecutionResult) -> dict[str, Any]:
-    """The JSON object for one finished row (see :class:`OutputRecord`)."""
+def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:
+    """An :class:`AttemptRecord` for a failed try that is retried."""
+    return {
+        "attempt": attempt,
+        "error_category": None if result.error_category is None else result.error_category.value,
+        "error_message": result.error_message,
+        "error_phase": None if result.error_phase is None else result.error_phase.value,
+        "total_sec": round(result.timings.total_sec, 6),
+    }
+
+
+def record_dict(
+    row_id: str,
+    row_index: int,
+    line: int,
+    result: ExecutionResult,
+    sample_index: int = 0,
+    attempt: int = 1,
+    attempts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The JSON object for one finished rollout (see :class:`OutputRecord`)."""
     timings = result.timings
     sample = result.sample
     return {
         "schema_version": SCHEMA_VERSION,
-        "row_id": result.rollout_id,
+        "row_id": row_id,
+        "rollout_id": result.rollout_id,
         "row_index": row_index,
+        "sample_index": sample_index,
         "line": line,
+        "attempt": attempt,
+        "attempts": attempts or [],
         "status": result.status.value,
         "reward": None if sample is None else sample.reward,
         "error_category": None if result.error_category is None else result.error_category.value,

@@ -9,17 +9,26 @@ cancelled.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
 from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import record_dict, record_line
+from osmo_run.run.records import attempt_dict, record_dict, record_line
+from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.summary import RunSummary, SummaryBuilder
-from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase, RolloutStatus
+from osmo_run.sdk.types import (
+    ErrorCategory,
+    ExecutionRequest,
+    ExecutionResult,
+    Phase,
+    RolloutStatus,
+)
 
 CANCEL_WAIT_SEC = 5.0
 """How long in-flight rows may take to stop after an interrupt before they are abandoned."""
@@ -29,17 +38,53 @@ DEFAULT_WINDOW = 256
 
 
 @dataclass
-class _Flight:
+class WorkItem:
+    """One rollout to run: a dataset row, or one sample of it.
+
+    ``request`` is ``None`` for a bad row recorded as a validation error; its id is the
+    row id, suffixed ``~k`` per sample when a row runs more than once.
+    """
+
     row: DatasetRow
+    sample_index: int
+    request: ExecutionRequest | None
+
+    @property
+    def rollout_id(self) -> str:
+        return self.request.id if self.request is not None else self.row.row_id
+
+
+def work_items(
+    rows: Iterable[DatasetRow],
+    samples_per_row: int = 1,
+    skip: Callable[[int, int], bool] | None = None,
+) -> Iterator[WorkItem]:
+    """Every ``(row, sample)`` to run, in dataset order, leaving out those ``skip(row_index,
+    sample_index)`` says are done."""
+    for row in rows:
+        for sample_index in range(samples_per_row):
+            if skip is not None and skip(row.index, sample_index):
+                continue
+            request = row.request
+            if request is not None and samples_per_row > 1:
+                request = dataclasses.replace(request, id=f"{request.id}~{sample_index}")
+            yield WorkItem(row, sample_index, request)
+
+
+@dataclass
+class _Flight:
+    item: WorkItem
     started: float
     recorded: bool = False
 
 
 class Runner:
-    """Runs rows through ``backend`` and records each exactly once.
+    """Runs work items through ``backend`` and records each exactly once.
 
-    ``writer`` errors (:class:`~osmo_run.errors.OutputError`) stop the run: nothing is
-    dispatched after the first failed write, and the error propagates from :meth:`run`.
+    A failed attempt whose category ``retry`` covers is tried again after a backoff; the
+    record keeps the earlier attempts. ``writer`` errors
+    (:class:`~osmo_run.errors.OutputError`) stop the run: nothing is dispatched after the
+    first failed write, and the error propagates from :meth:`run`.
     """
 
     def __init__(
@@ -48,12 +93,15 @@ class Runner:
         writer: OutputWriter,
         display: Display,
         window: int | None = None,
+        retry: RetryPolicy = NO_RETRIES,
+        stats: SummaryBuilder | None = None,
     ) -> None:
         self._backend = backend
         self._writer = writer
         self._display = display
         self._window = window or backend.max_concurrency or DEFAULT_WINDOW
-        self._stats = SummaryBuilder()
+        self._retry = retry
+        self._stats = stats or SummaryBuilder()
         self._flights: dict[str, _Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._interrupted = False
@@ -75,57 +123,100 @@ class Runner:
         if self._wake is not None:
             self._wake.set()
 
-    def _record(self, flight: _Flight, result: ExecutionResult) -> None:
+    def _record(
+        self,
+        flight: _Flight,
+        result: ExecutionResult,
+        attempt: int = 1,
+        attempts: list[dict[str, Any]] | None = None,
+    ) -> None:
         if flight.recorded:
             return
         flight.recorded = True
-        row = flight.row
+        item = flight.item
+        row = item.row
         if not result.timings.total_sec:
             result.timings.total_sec = time.monotonic() - flight.started
         if result.error_message:  # the display prints it too: mask secrets there as well
             result.error_message = self._writer.mask(result.error_message)
+
+        def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
+            record = record_dict(
+                row.row_id, row.index, row.line, result, item.sample_index, attempt, attempts
+            )
+            return record, record_line(record)
+
         try:
-            line = record_line(record_dict(row.index, row.line, result))
+            record, line = serialize(result)
         except (ValueError, TypeError, RecursionError) as exc:  # NaN, a cycle, a non-str key
             result = _unwritable(result, exc)
-            line = record_line(record_dict(row.index, row.line, result))
+            record, line = serialize(result)
         try:
             self._writer.write(line)
         except BaseException as exc:
             self._fatal = exc
             self.interrupt()
             return
-        self._stats.add(result)
+        self._stats.add_record(record)
         self._display.row_finished(result)
 
-    def _on_workflow_complete(self, flight: _Flight, result: ExecutionResult) -> None:
-        if result.status is RolloutStatus.GRADING:
-            self._display.row_phase(flight.row.row_id, "grading")
-        else:
-            self._record(flight, result)
+    async def _attempt(self, item: WorkItem) -> ExecutionResult:
+        """One try of ``item`` through the backend; its final result."""
+        assert item.request is not None
+        final: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
 
-    async def _run_one(self, flight: _Flight) -> None:
-        row = flight.row
-        request = row.request
+        def deliver(result: ExecutionResult) -> None:
+            if not final.done():
+                final.set_result(result)
+
+        def on_workflow_complete(result: ExecutionResult) -> None:
+            if result.status is RolloutStatus.GRADING:
+                self._display.row_phase(item.rollout_id, "grading")
+            else:
+                deliver(result)
+
         try:
-            if request is None:
-                self._record(flight, _failure(row, ErrorCategory.VALIDATION_ERROR, row.error))
-                return
-            await self._backend.execute(
-                request,
-                lambda result: self._on_workflow_complete(flight, result),
-                lambda result: self._record(flight, result),
-            )
-            if not flight.recorded:
-                message = "the backend returned without a result (a backend bug)"
-                self._record(flight, _failure(row, ErrorCategory.INTERNAL_ERROR, message))
+            await self._backend.execute(item.request, on_workflow_complete, deliver)
         except asyncio.CancelledError:
-            self._record(flight, _cancelled(row))
+            raise
         except Exception as exc:
             message = f"the backend failed: {type(exc).__name__}: {exc}"
-            self._record(flight, _failure(row, ErrorCategory.INTERNAL_ERROR, message))
+            deliver(_failure(item, ErrorCategory.INTERNAL_ERROR, message))
+        if not final.done():
+            message = "the backend returned without a result (a backend bug)"
+            deliver(_failure(item, ErrorCategory.INTERNAL_ERROR, message))
+        return final.result()
+
+    async def _run_one(self, flight: _Flight) -> None:
+        item = flight.item
+        attempts: list[dict[str, Any]] = []
+        attempt = 1
+        waited = 0.0
+        try:
+            if item.request is None:
+                message = item.row.error
+                self._record(flight, _failure(item, ErrorCategory.VALIDATION_ERROR, message))
+                return
+            while True:
+                result = await self._attempt(item)
+                if self._interrupted or not self._retry.retries(
+                    result.error_category, attempt, waited
+                ):
+                    break
+                delay = self._retry.delay_sec(attempt)
+                attempts.append(attempt_dict(attempt, result))
+                attempt += 1
+                self._display.row_retrying(
+                    item.rollout_id, attempt, self._retry.max_attempts, delay, result
+                )
+                await asyncio.sleep(delay)
+                waited += delay
+                flight.started = time.monotonic()
+            self._record(flight, result, attempt, attempts)
+        except asyncio.CancelledError:
+            self._record(flight, _cancelled(item), attempt, attempts)
         finally:
-            self._flights.pop(row.row_id, None)
+            self._flights.pop(item.rollout_id, None)
             # Discard here, not only in the done callback: the dispatcher may wake first.
             task = asyncio.current_task()
             if task is not None:
@@ -138,20 +229,20 @@ class Runner:
             await asyncio.sleep(1.0)
             self._display.tick()
 
-    async def run(self, rows: Iterable[DatasetRow]) -> RunSummary:
-        """Run every row (until interrupted) and return the summary of what finished."""
+    async def run(self, items: Iterable[WorkItem]) -> RunSummary:
+        """Run every item (until interrupted) and return the summary of the whole run."""
         self._wake = asyncio.Event()
         ticker = asyncio.create_task(self._ticker())
         try:
-            for row in rows:
+            for item in items:
                 while len(self._tasks) >= self._window and not self._interrupted:
                     self._wake.clear()
                     await self._wake.wait()
                 if self._interrupted:
                     break
-                flight = _Flight(row, time.monotonic())
-                self._flights[row.row_id] = flight
-                self._display.row_started(row.row_id)
+                flight = _Flight(item, time.monotonic())
+                self._flights[item.rollout_id] = flight
+                self._display.row_started(item.rollout_id)
                 task = asyncio.create_task(self._run_one(flight))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -173,12 +264,12 @@ class Runner:
         grace = max(CANCEL_WAIT_SEC, self._backend.cancel_grace_sec)
         _, still_running = await asyncio.wait(set(self._tasks), timeout=grace)
         for flight in list(self._flights.values()):
-            self._record(flight, _cancelled(flight.row, abandoned=bool(still_running)))
+            self._record(flight, _cancelled(flight.item, abandoned=bool(still_running)))
 
 
-def _failure(row: DatasetRow, category: ErrorCategory, message: str | None) -> ExecutionResult:
+def _failure(item: WorkItem, category: ErrorCategory, message: str | None) -> ExecutionResult:
     return ExecutionResult(
-        rollout_id=row.row_id,
+        rollout_id=item.rollout_id,
         status=RolloutStatus.FAILURE,
         error_category=category,
         error_message=message,
@@ -199,12 +290,12 @@ def _unwritable(result: ExecutionResult, exc: BaseException) -> ExecutionResult:
     )
 
 
-def _cancelled(row: DatasetRow, abandoned: bool = False) -> ExecutionResult:
+def _cancelled(item: WorkItem, abandoned: bool = False) -> ExecutionResult:
     message = "the run was interrupted before this row finished"
     if abandoned:
         message += f"; it did not stop within {CANCEL_WAIT_SEC:g}s and was abandoned"
     return ExecutionResult(
-        rollout_id=row.row_id,
+        rollout_id=item.rollout_id,
         status=RolloutStatus.CANCELLED,
         error_category=ErrorCategory.CANCELLED,
         error_message=message,

@@ -12,21 +12,24 @@ import json
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 
+from osmo_run import __version__
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.errors import OutputError
+from osmo_run.errors import InputError, OutputError
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.display import make_display, render_summary
+from osmo_run.run.manifest import Manifest, read_manifest, write_manifest
 from osmo_run.run.output import OutputWriter
-from osmo_run.run.runner import Runner
+from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
+from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.spec import RunSpec
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk._rollout import run_to_completion
 
 
@@ -47,32 +50,31 @@ class ExitCode(enum.IntEnum):
 
 @dataclass
 class RunSettings:
-    """Everything a run needs once the spec and the flags are merged."""
+    """Everything a run needs once the spec and the flags are merged.
+
+    ``output`` is the results file (default ``runs/<run id>/results.jsonl``). ``resume``
+    continues a run; ``retry_errors`` (a set of categories, empty for all) reruns its
+    failed rollouts. ``backend_identity`` holds the backend's result-defining settings.
+    """
 
     dataset: Path
     spec: RunSpec
-    output: Path
+    output: Path | None = None
     display: str = "auto"
     overwrite: bool = False
+    resume: bool = False
+    retry_errors: frozenset[str] | None = None
     description: str = ""
-
-
-def default_output(dataset: Path) -> Path:
-    """``runs/<dataset stem>-<UTC time>/results.jsonl`` under the working directory."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{dataset.stem}-{stamp}" / "results.jsonl"
+    backend_name: str = "local"
+    backend_identity: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def summary_path(output: Path) -> Path:
-    """Where the summary JSON of ``output`` goes: beside it, ``<stem>.summary.json``."""
-    return output.with_name(output.stem + ".summary.json")
-
-
 def exit_code_for(summary: RunSummary) -> ExitCode:
-    """0 when every row succeeded, 130 when interrupted, otherwise 1."""
+    """0 when every rollout succeeded, 130 when interrupted, otherwise 1."""
     if summary.interrupted:
         return ExitCode.INTERRUPTED
     if summary.failed:
@@ -80,52 +82,190 @@ def exit_code_for(summary: RunSummary) -> ExitCode:
     return ExitCode.OK
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
-    if output.is_dir():
-        raise OutputError(f"{output}: --output names a directory; give a file path like x.jsonl")
-    if output.exists() and output.stat().st_size > 0:
-        if not overwrite:
-            raise OutputError(
-                f"{output}: already holds results; pass --overwrite to replace them "
-                "or choose another --output"
-            )
-        output.unlink()
+def build_manifest(settings: RunSettings, dataset: Dataset, rows: int) -> Manifest:
+    """The run's identity: defining fields (blocking a resume when changed) and the rest."""
+    spec = settings.spec
+    workflow_config = spec.agent_workflow_config()
+    defining: dict[str, Any] = {
+        "backend": settings.backend_name,
+        "workflow": spec.workflow,
+        "workflow_settings": workflow_config.settings,
+        "grader": spec.grader,
+        "grader_settings": spec.grader_config_object().settings,
+        "timeouts": spec.timeouts.model_dump(),
+        "model": None if spec.llm is None else spec.llm.model,
+        "dataset_sha256": dataset.content_sha256(),
+        "rows": rows,
+        "limit": spec.limit,
+        "shard": spec.shard,
+        "samples_per_row": spec.samples_per_row,
+        **settings.backend_identity,
+    }
+    info: dict[str, Any] = {
+        "osmo_run_version": __version__,
+        "dataset_path": str(settings.dataset),
+        "concurrency": workflow_config.concurrency.max_concurrent,
+        "llm_base_url": None if spec.llm is None else spec.llm.base_url,
+        "pass_threshold": spec.pass_threshold,
+        "retries": spec.retries.model_dump(),
+        **settings.info,
+    }
+    return Manifest(defining=defining, info=info, dataset_name=settings.dataset.stem)
+
+
+@dataclass
+class _Prepared:
+    """What an existing run directory contributes to this invocation."""
+
+    stats: SummaryBuilder
+    done: bytearray | None = None
+    """Bit per (row index, sample): set when that rollout is finished and kept."""
+    only: bytearray | None = None
+    """With ``--retry-errors`` alone: bit set for the rollouts to rerun (nothing else runs)."""
+    kept: int = 0
+    rerun: int = 0
+    repaired: bool = False
+
+    def skip(self, samples: int) -> Callable[[int, int], bool] | None:
+        done, only = self.done, self.only
+        if only is not None:
+            return lambda row, sample: not _bit(only, row * samples + sample)
+        if done is not None:
+            return lambda row, sample: _bit(done, row * samples + sample)
+        return None
+
+
+def _bit(bits: bytearray, index: int) -> bool:
+    byte = index >> 3
+    return byte < len(bits) and bool(bits[byte] & (1 << (index & 7)))
+
+
+def _set_bit(bits: bytearray, index: int) -> None:
+    byte = index >> 3
+    if byte >= len(bits):
+        bits.extend(bytes(byte - len(bits) + 1))
+    bits[byte] |= 1 << (index & 7)
+
+
+def _remove_run_files(paths: RunPaths) -> None:
+    for path in (paths.results, paths.summary, paths.manifest, paths.attempts):
+        path.unlink(missing_ok=True)
+
+
+def prepare_run_dir(
+    paths: RunPaths, manifest: Manifest, settings: RunSettings, samples: int
+) -> _Prepared:
+    """Decide what of an existing run is kept; raise :class:`InputError` when the run may
+    not be continued (a defining field changed, or no flag says what to do)."""
+    spec = settings.spec
+    stats = SummaryBuilder(spec.pass_threshold, samples)
+    if paths.results.is_dir():
+        raise OutputError(
+            f"{paths.results}: --output names a directory; give a file path like x.jsonl"
+        )
+    has_results = paths.results.exists() and paths.results.stat().st_size > 0
+    continuing = settings.resume or settings.retry_errors is not None
+    if settings.overwrite:
+        _remove_run_files(paths)
+        return _Prepared(stats)
+    if not has_results:
+        if settings.retry_errors is not None and not settings.resume:
+            raise InputError(f"{paths.results}: no results to retry; run without --retry-errors")
+        paths.results.unlink(missing_ok=True)
+        return _Prepared(stats)
+    if not continuing:
+        raise OutputError(
+            f"{paths.results}: already holds results of this run; pass --resume to continue "
+            "it, --retry-errors to rerun its failures, or --overwrite to start over"
+        )
+    previous = read_manifest(paths.manifest)
+    if previous is None:
+        raise InputError(
+            f"{paths.manifest}: missing, so {paths.results} cannot be checked against this "
+            "run; pass --overwrite to start over"
+        )
+    changes = manifest.differences(previous)
+    if changes:
+        raise InputError(
+            "this run differs from the one in "
+            f"{paths.directory} in what defines its results:\n"
+            + "\n".join(changes)
+            + "\npass --overwrite to start over, or choose another --output"
+        )
+    prepared = _Prepared(stats, repaired=repair_torn_tail(paths.results))
+    categories = settings.retry_errors
+    drop: set[tuple[str, int]] = set()
+    done = bytearray()
+    # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
+    only = bytearray() if not settings.resume else None
+    for record in iter_records(paths.results):
+        status = record.get("status")
+        sample = int(record.get("sample_index", 0))
+        position = int(record.get("row_index", 0)) * samples + sample
+        rerun = status == "cancelled" or (
+            categories is not None
+            and status == "failure"
+            and (not categories or record.get("error_category") in categories)
+        )
+        if rerun:
+            drop.add((str(record["row_id"]), sample))
+            if only is not None:
+                _set_bit(only, position)
+        else:
+            _set_bit(done, position)
+            stats.add_record(record)
+            prepared.kept += 1
+    prepared.rerun = rewrite_without(paths, drop)
+    prepared.done, prepared.only = done, only
+    return prepared
 
 
 def execute_run(
     settings: RunSettings,
-    make_backend: Callable[[], ExecutionBackend],
+    make_backend: Callable[[RunPaths], ExecutionBackend],
     console: Console,
     secrets: tuple[str, ...] = (),
 ) -> ExitCode:
-    """Validate the dataset, run every row, write output and summary, print the summary.
+    """Validate the dataset, prepare the run directory, run what is left to run, write the
+    summary and print it; return the exit code.
 
     Raises :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     spec = settings.spec
+    samples = spec.samples_per_row
     dataset = Dataset(
         settings.dataset,
         agent_timeout_sec=spec.timeouts.agent_sec,
         grader_timeout_sec=spec.timeouts.grader_sec,
         limit=spec.limit,
+        shard=spec.shard_tuple(),
     )
-    total, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
-    _check_output(settings.output, settings.overwrite)
-    backend = make_backend()
+    rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+    manifest = build_manifest(settings, dataset, rows)
+    paths = RunPaths(settings.output or Path("runs") / manifest.run_id / "results.jsonl")
+    prepared = prepare_run_dir(paths, manifest, settings, samples)
+    backend = make_backend(paths)
     if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)
         console = Console(file=console.file, highlight=False, color_system=None)
     display = make_display(settings.display, console)
+    to_run = prepared.rerun if prepared.only is not None else rows * samples - prepared.kept
     description = (
-        f"{settings.description} · {total} rows · concurrency {backend.max_concurrency} · "
-        f"output {settings.output}"
+        f"{settings.description} · {to_run} "
+        + ("rows" if samples == 1 else f"rollouts ({samples} samples per row)")
+        + (f" ({prepared.kept} kept from before)" if prepared.kept else "")
+        + f" · concurrency {backend.max_concurrency} · output {paths.results}"
     )
     if problems:
         description += f" · {len(problems)} bad rows recorded as validation errors"
+    if prepared.repaired:
+        description += " · repaired a torn last line"
 
     async def main() -> RunSummary:
         loop = asyncio.get_running_loop()
-        with OutputWriter(settings.output, secrets) as writer:
-            runner = Runner(backend, writer, display)
+        with OutputWriter(paths.results, secrets) as writer:
+            runner = Runner(
+                backend, writer, display, retry=spec.retries.policy(), stats=prepared.stats
+            )
 
             def interrupt() -> None:
                 display.message(
@@ -151,9 +291,11 @@ def execute_run(
             for sig in _SIGNALS:
                 signal.signal(sig, on_signal)
             await backend.prepare()
-            display.start(total, description)
+            write_manifest(paths.manifest, manifest)
+            display.start(to_run, description)
+            items = work_items(dataset.rows(), samples, prepared.skip(samples))
             try:
-                return await runner.run(dataset.rows())
+                return await runner.run(items)
             finally:
                 display.stop()
                 await backend.aclose()
@@ -164,8 +306,14 @@ def execute_run(
     finally:  # after leftover tasks had their grace, which a second Ctrl-C may cut short
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    summary_file = summary_path(settings.output)
-    summary.output = str(settings.output)
-    summary_file.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    summary.output = str(paths.results)
+    write_summary(paths, summary)
     console.print(render_summary(summary))
     return exit_code_for(summary)
+
+
+def write_summary(paths: RunPaths, summary: RunSummary) -> None:
+    """Save ``summary`` as the run's summary JSON, atomically."""
+    tmp = paths.summary.with_name(paths.summary.name + ".tmp")
+    tmp.write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(paths.summary)

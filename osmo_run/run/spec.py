@@ -17,8 +17,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from osmo_run.errors import SpecError
+from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.types import ErrorCategory
 
 
 class _Strict(BaseModel):
@@ -63,6 +65,45 @@ class TimeoutsSpec(_Strict):
 
     agent_sec: float | None = Field(default=600.0, gt=0, description="Workflow deadline")
     grader_sec: float | None = Field(default=120.0, gt=0, description="Grader deadline")
+
+
+class RetrySpec(_Strict):
+    """Retries of failed rollouts by error category, with exponential backoff and jitter."""
+
+    max_attempts: int = Field(default=3, ge=1, description="Tries per rollout, the first included")
+    categories: list[str] = Field(
+        default_factory=lambda: sorted(c.value for c in DEFAULT_RETRY_CATEGORIES),
+        description="Error categories that are retried (never validation_error)",
+    )
+    initial_backoff_sec: float = Field(default=1.0, ge=0)
+    max_backoff_sec: float = Field(default=60.0, ge=0)
+    multiplier: float = Field(default=2.0, ge=1)
+    jitter: float = Field(default=0.5, ge=0, le=1, description="Backoff scaled by 1 ± jitter")
+    max_total_retry_sec: float = Field(
+        default=600.0, ge=0, description="Backoff a rollout may spend waiting in all"
+    )
+
+    @field_validator("categories")
+    @classmethod
+    def _known(cls, values: list[str]) -> list[str]:
+        known = {c.value for c in ErrorCategory}
+        for value in values:
+            if value not in known:
+                raise ValueError(f"{value!r} is not an error category ({', '.join(sorted(known))})")
+            if ErrorCategory(value) in NEVER_RETRIED:
+                raise ValueError(f"{value} is never retried: it would fail the same way again")
+        return values
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=self.max_attempts,
+            categories=frozenset(ErrorCategory(c) for c in self.categories),
+            initial_backoff_sec=self.initial_backoff_sec,
+            max_backoff_sec=self.max_backoff_sec,
+            multiplier=self.multiplier,
+            jitter=self.jitter,
+            max_total_retry_sec=self.max_total_retry_sec,
+        )
 
 
 class HarborSpec(_Strict):
@@ -110,7 +151,25 @@ class RunSpec(_Strict):
         description="stop: refuse the dataset if a line is bad; record: record it and go on",
     )
     limit: int | None = Field(default=None, ge=1, description="Run only the first N rows")
+    shard: str | None = Field(
+        default=None, description="K/N: run only rows whose index is K-1 modulo N"
+    )
+    samples_per_row: int = Field(default=1, ge=1, description="Rollouts per row (for pass@k)")
+    pass_threshold: float = Field(
+        default=1.0, description="A rollout passes when its reward is at least this"
+    )
+    retries: RetrySpec = Field(default_factory=RetrySpec)
     harbor: HarborSpec = Field(default_factory=HarborSpec)
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_shard(value)
+        return value
+
+    def shard_tuple(self) -> tuple[int, int] | None:
+        return None if self.shard is None else parse_shard(self.shard)
 
     @field_validator("workflow", "grader")
     @classmethod
@@ -134,6 +193,18 @@ class RunSpec(_Strict):
             return GraderConfig.from_dict(self.grader_config)
         except (TypeError, ValueError) as exc:
             raise SpecError(f"grader_config: {exc}") from None
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``"K/N"`` as ``(K, N)``; ``ValueError`` unless ``1 <= K <= N``."""
+    k_text, sep, n_text = value.partition("/")
+    try:
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not K/N (for example 2/8)") from None
+    if not sep or not 1 <= k <= n:
+        raise ValueError(f"{value!r}: K/N needs 1 <= K <= N")
+    return k, n
 
 
 def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:

@@ -1,33 +1,26 @@
-"""Statistics over finished rows, accumulated as rows finish.
+"""Statistics over finished rollouts, accumulated one record at a time.
 
-Failures are never dropped from a denominator silently: the summary reports the mean
-reward over graded rows *and* the mean with every other row counted as 0.
+Failures never leave a denominator silently: the summary reports the mean reward over
+graded rollouts *and* the mean with every other rollout counted as 0, side by side with
+coverage (graded / total), standard errors, 95% intervals and pass@k. The same builder
+serves a live run and ``osmo-run report`` reading a run's files.
 """
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmo_run.sdk.types import ExecutionResult, RolloutStatus
-
-
-def percentile(sorted_values: array[float] | list[float], q: float) -> float | None:
-    """Linear-interpolated ``q``-quantile (0..1) of already sorted values; ``None`` if empty."""
-    if not sorted_values:
-        return None
-    position = (len(sorted_values) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
+from osmo_run.run.stats import percentile as percentile
+from osmo_run.sdk.types import ExecutionResult
 
 
 @dataclass
 class RunSummary:
-    """What the end of a run reports; ``to_dict`` is the saved ``summary.json``."""
+    """What the end of a run reports; ``to_dict`` is the saved summary JSON."""
 
     total: int
     by_status: dict[str, int]
@@ -42,22 +35,40 @@ class RunSummary:
     grader_skipped: dict[str, int] = field(default_factory=dict)
     output: str | None = None
     interrupted: bool = False
+    graded_estimate: MeanEstimate | None = None
+    all_estimate: MeanEstimate | None = None
+    pass_threshold: float = 1.0
+    passed: int = 0
+    pass_at_k: dict[int, float | None] = field(default_factory=dict)
+    samples_per_row: int = 1
 
     @property
     def mean_reward_graded(self) -> float | None:
-        """Mean over rows that got a reward."""
+        """Mean over rollouts that got a reward."""
         return self.reward_sum / self.graded if self.graded else None
 
     @property
     def mean_reward_all(self) -> float | None:
-        """Mean over every row, rows without a reward counted as 0."""
+        """Mean over every rollout, those without a reward counted as 0."""
         return self.reward_sum / self.total if self.total else None
+
+    @property
+    def coverage(self) -> float | None:
+        """Share of rollouts that were graded."""
+        return self.graded / self.total if self.total else None
+
+    @property
+    def pass_rate(self) -> float | None:
+        """Share of all rollouts whose reward reached the pass threshold."""
+        return self.passed / self.total if self.total else None
 
     @property
     def failed(self) -> int:
         return self.by_status.get("failure", 0) + self.by_status.get("cancelled", 0)
 
     def to_dict(self) -> dict[str, Any]:
+        graded = self.graded_estimate or estimate_mean(0, 0.0, 0.0)
+        everything = self.all_estimate or estimate_mean(0, 0.0, 0.0)
         return {
             "schema_version": 1,
             "total": self.total,
@@ -65,12 +76,22 @@ class RunSummary:
             "error_categories": self.error_categories,
             "grader_skipped": self.grader_skipped,
             "graded": self.graded,
+            "coverage": self.coverage,
             "reward": {
                 "mean_graded": self.mean_reward_graded,
                 "mean_all": self.mean_reward_all,
                 "min": self.reward_min,
                 "max": self.reward_max,
+                "graded": graded.to_dict(),
+                "all": everything.to_dict(),
             },
+            "pass": {
+                "threshold": self.pass_threshold,
+                "passed": self.passed,
+                "rate": self.pass_rate,
+                "pass_at_k": {str(k): v for k, v in self.pass_at_k.items()},
+            },
+            "samples_per_row": self.samples_per_row,
             "duration_sec": {
                 "p50": self.duration_p50,
                 "p95": self.duration_p95,
@@ -82,17 +103,23 @@ class RunSummary:
 
 
 class SummaryBuilder:
-    """Accumulates finished results; memory per row is one float (the row's duration)."""
+    """Accumulates finished rollouts. Memory: one float per rollout (its duration), plus a
+    pass count per row when ``samples_per_row > 1`` (for pass@k)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pass_threshold: float = 1.0, samples_per_row: int = 1) -> None:
+        self.pass_threshold = pass_threshold
+        self.samples_per_row = samples_per_row
         self._status: Counter[str] = Counter()
         self._categories: Counter[str] = Counter()
         self._skipped: Counter[str] = Counter()
         self._durations: array[float] = array("d")
         self._graded = 0
         self._reward_sum = 0.0
+        self._reward_sq = 0.0
         self._reward_min: float | None = None
         self._reward_max: float | None = None
+        self._passed = 0
+        self._per_row: dict[int, list[int]] = {}
 
     @property
     def finished(self) -> int:
@@ -100,28 +127,71 @@ class SummaryBuilder:
 
     @property
     def failed(self) -> int:
-        return self._status[RolloutStatus.FAILURE.value] + self._status["cancelled"]
+        return self._status["failure"] + self._status["cancelled"]
 
-    def add(self, result: ExecutionResult) -> None:
-        self._status[result.status.value] += 1
-        if result.error_category is not None:
-            self._categories[result.error_category.value] += 1
-        if result.grader_skipped is not None:
-            self._skipped[result.grader_skipped] += 1
-        self._durations.append(result.timings.total_sec)
-        reward = result.reward
-        if reward is not None and result.status is RolloutStatus.SUCCESS:
+    def add_values(
+        self,
+        status: str,
+        category: str | None,
+        reward: float | None,
+        skipped: str | None,
+        seconds: float,
+        row_index: int = 0,
+    ) -> None:
+        """Count one rollout. A reward counts only on a successful rollout."""
+        self._status[status] += 1
+        if category is not None:
+            self._categories[category] += 1
+        if skipped is not None:
+            self._skipped[skipped] += 1
+        self._durations.append(seconds)
+        passed = False
+        if reward is not None and status == "success":
             self._graded += 1
             self._reward_sum += reward
+            self._reward_sq += reward * reward
             if self._reward_min is None or reward < self._reward_min:
                 self._reward_min = reward
             if self._reward_max is None or reward > self._reward_max:
                 self._reward_max = reward
+            passed = reward >= self.pass_threshold
+            self._passed += passed
+        if self.samples_per_row > 1:
+            counts = self._per_row.setdefault(row_index, [0, 0])
+            counts[0] += 1
+            counts[1] += passed
+
+    def add(self, result: ExecutionResult, row_index: int = 0) -> None:
+        self.add_values(
+            result.status.value,
+            None if result.error_category is None else result.error_category.value,
+            result.reward,
+            result.grader_skipped,
+            result.timings.total_sec,
+            row_index,
+        )
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        """Count one output-file record (see :mod:`osmo_run.run.records`)."""
+        self.add_values(
+            str(record.get("status")),
+            record.get("error_category"),
+            record.get("reward"),
+            record.get("grader_skipped"),
+            float((record.get("timings") or {}).get("total_sec") or 0.0),
+            int(record.get("row_index") or 0),
+        )
 
     def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
         durations = sorted(self._durations)
+        total = len(durations)
+        if self.samples_per_row > 1:
+            rows = [(n, c) for n, c in self._per_row.values()]
+            pass_k = {k: mean_pass_at_k(rows, k) for k in pass_at_k_ks(self.samples_per_row)}
+        else:
+            pass_k = {1: self._passed / total if total else None}
         return RunSummary(
-            total=len(durations),
+            total=total,
             by_status=dict(self._status.most_common()),
             error_categories=dict(self._categories.most_common()),
             graded=self._graded,
@@ -134,4 +204,10 @@ class SummaryBuilder:
             grader_skipped=dict(self._skipped.most_common()),
             output=output,
             interrupted=interrupted,
+            graded_estimate=estimate_mean(self._graded, self._reward_sum, self._reward_sq),
+            all_estimate=estimate_mean(total, self._reward_sum, self._reward_sq),
+            pass_threshold=self.pass_threshold,
+            passed=self._passed,
+            pass_at_k=pass_k,
+            samples_per_row=self.samples_per_row,
         )

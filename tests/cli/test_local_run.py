@@ -122,8 +122,8 @@ def test_existing_output_is_refused_without_overwrite(
     proc = cli.local(data, *SCRIPTED, "-o", output)
     assert proc.returncode == 2
     assert _error_lines(proc.stderr)[0] == (
-        f"error: {output}: already holds results; pass --overwrite to replace them "
-        "or choose another --output"
+        f"error: {output}: already holds results of this run; pass --resume to continue "
+        "it, --retry-errors to rerun its failures, or --overwrite to start over"
     )
     assert output.read_text() == '{"old": true}\n'
     assert not (tmp_path / "out.summary.json").exists()

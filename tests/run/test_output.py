@@ -73,7 +73,7 @@ def test_records_round_trip_through_the_output_schema() -> None:
         error_message="late",
         error_phase=Phase.WORKFLOW,
     )
-    first = OutputRecord.model_validate_json(record_line(record_dict(0, 1, success)))
+    first = OutputRecord.model_validate_json(record_line(record_dict("a", 0, 1, success)))
     assert (first.row_id, first.status, first.reward, first.backend) == (
         "a",
         "success",
@@ -81,7 +81,7 @@ def test_records_round_trip_through_the_output_schema() -> None:
         {"trial": "t1"},
     )
     assert first.sample is not None and first.sample.metrics == {"turns": 2}
-    second = OutputRecord.model_validate_json(record_line(record_dict(1, 3, failure)))
+    second = OutputRecord.model_validate_json(record_line(record_dict("b", 1, 3, failure)))
     assert (second.error_category, second.error_phase, second.sample) == (
         "timeout",
         "workflow",

@@ -24,7 +24,7 @@ from osmo_run.run.dataset import Dataset
 from osmo_run.run.display import NullDisplay
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import OutputRecord
-from osmo_run.run.runner import Runner
+from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.summary import RunSummary
 from tests.conftest import Row, jsonl_bytes, read_jsonl
 from tests.workflows import ScriptedGrader, ScriptedWorkflow
@@ -70,7 +70,7 @@ def _run(
             runner = Runner(backend, out, display or NullDisplay())
             if interrupt_after is not None:
                 asyncio.get_running_loop().call_later(interrupt_after, runner.interrupt)
-            return await runner.run(dataset.rows())
+            return await runner.run(work_items(dataset.rows()))
 
     summary = asyncio.run(main())
     return summary, read_jsonl(output) if output.exists() else []

@@ -53,7 +53,14 @@ def test_statuses_categories_and_skips_are_counted() -> None:
     assert summary.grader_skipped == {"row has no label": 1}
     assert summary.failed == builder.failed == 2
     saved = summary.to_dict()
-    assert saved["reward"] == {"mean_graded": 0.75, "mean_all": 0.3, "min": 0.5, "max": 1.0}
+    reward = saved["reward"]
+    assert (reward["mean_graded"], reward["mean_all"], reward["min"], reward["max"]) == (
+        0.75,
+        0.3,
+        0.5,
+        1.0,
+    )
+    assert saved["coverage"] == pytest.approx(2 / 5)
     assert (saved["output"], saved["interrupted"]) == ("out.jsonl", True)
 
 
