@@ -10,6 +10,7 @@ import typer
 
 from osmo_run.cli.harbor import harbor
 from osmo_run.cli.local import local
+from osmo_run.cli.reports import regrade, report
 from osmo_run.errors import OsmoRunError
 
 app = typer.Typer(
@@ -23,6 +24,8 @@ app = typer.Typer(
 )
 app.command()(local)
 app.command()(harbor)
+app.command()(report)
+app.command()(regrade)
 
 
 @app.command()

@@ -84,6 +84,7 @@ def local(
         resume=resume,
         retry_errors=retry_categories(retry_errors),
         description=f"osmo-run local {dataset}",
+        info={"code_dir": str((run_spec.code_dir or Path.cwd()).resolve())},
     )
 
     def make_backend(paths: RunPaths) -> LocalBackend:

@@ -152,6 +152,32 @@ def _remove_run_files(paths: RunPaths) -> None:
         path.unlink(missing_ok=True)
 
 
+def _nothing_to_continue(paths: RunPaths, manifest: Manifest, settings: RunSettings) -> str:
+    """Why there is no run to continue, with what changed against the latest run of the
+    same dataset when one exists next to where this run would be."""
+    flag = "--resume" if settings.resume else "--retry-errors"
+    message = f"{flag}: no run with these settings at {paths.directory}"
+    if settings.output is not None:
+        return message
+    candidates = [
+        (candidate.stat().st_mtime, candidate)
+        for candidate in paths.directory.parent.glob(f"{manifest.dataset_name}-*/*.manifest.json")
+    ]
+    for _, candidate in sorted(candidates, reverse=True):
+        try:
+            previous = read_manifest(candidate)
+        except InputError:
+            continue
+        if previous is not None:
+            changes = manifest.differences(previous)
+            return (
+                f"{message}; the latest run of this dataset, {candidate.parent}, differs in "
+                "what defines its results:\n" + "\n".join(changes) + "\nrestore those "
+                "settings to continue it, or run without the flag to start a new run"
+            )
+    return message + "; run without the flag to start it"
+
+
 def prepare_run_dir(
     paths: RunPaths, manifest: Manifest, settings: RunSettings, samples: int
 ) -> _Prepared:
@@ -169,8 +195,8 @@ def prepare_run_dir(
         _remove_run_files(paths)
         return _Prepared(stats)
     if not has_results:
-        if settings.retry_errors is not None and not settings.resume:
-            raise InputError(f"{paths.results}: no results to retry; run without --retry-errors")
+        if continuing:
+            raise InputError(_nothing_to_continue(paths, manifest, settings))
         paths.results.unlink(missing_ok=True)
         return _Prepared(stats)
     if not continuing:

@@ -1,0 +1,79 @@
+"""``osmo-run report`` and ``osmo-run regrade``: work on a run's files, run no workflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from osmo_run.cli.options import CodeDirOption, OverwriteOption, console
+
+
+def report(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="A run directory or results file. Two runs: compare them row by row. "
+            "Shards of one run (--shard K/N): merge them into one summary."
+        ),
+    ],
+) -> None:
+    """Print the summary of a finished, partial or crashed run from its files alone."""
+    from osmo_run.errors import InputError
+    from osmo_run.run.report import (
+        LoadedRun,
+        check_shards,
+        compare,
+        render_comparison,
+        render_report,
+        summarize,
+    )
+    from osmo_run.run.session import exit_code_for
+
+    loaded = [LoadedRun.load(path) for path in runs]
+    out = console()
+    shards = [run.manifest.defining.get("shard") if run.manifest else None for run in loaded]
+    if len(loaded) == 1 or all(shards):
+        if len(loaded) > 1:
+            check_shards(loaded)
+        summary, count, expected = summarize(loaded)
+        out.print(render_report(summary, count, expected))
+        raise typer.Exit(int(exit_code_for(summary)))
+    if len(loaded) != 2:
+        raise InputError("report takes one run, two runs to compare, or the shards of one run")
+    first, second = loaded
+    threshold = float((first.manifest.info if first.manifest else {}).get("pass_threshold", 1.0))
+    out.print(render_comparison(first, second, compare(first, second, threshold)))
+
+
+def regrade(
+    run: Annotated[Path, typer.Argument(help="The run directory or results file to regrade.")],
+    grader: Annotated[
+        str | None,
+        typer.Option(help="Grader as module:Class [default: the run's own grader]."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Results file [default: <run dir>-regrade-<hash>/results.jsonl]."
+        ),
+    ] = None,
+    overwrite: OverwriteOption = False,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
+    code_dir: CodeDirOption = None,
+) -> None:
+    """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
+    from osmo_run.run.display import render_summary
+    from osmo_run.run.regrade import regrade as regrade_run
+    from osmo_run.run.report import LoadedRun
+    from osmo_run.run.session import exit_code_for, write_summary
+    from osmo_run.sdk._imports import ensure_on_path
+
+    loaded = LoadedRun.load(run)
+    recorded = loaded.manifest.info.get("code_dir") if loaded.manifest else None
+    ensure_on_path(code_dir or (Path(recorded) if recorded else Path.cwd()))
+    summary, paths = regrade_run(loaded, grader, output, overwrite, concurrency)
+    write_summary(paths, summary)
+    console().print(render_summary(summary))
+    raise typer.Exit(int(exit_code_for(summary)))

@@ -1,0 +1,146 @@
+"""Grade a finished run's saved samples again, without rerunning any workflow.
+
+The new results go to a run directory of their own (``<run>-regrade-<hash>``) whose
+manifest names the run it regraded. The grader runs in this process, whatever backend
+produced the samples. Rows whose workflow failed are carried over unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from osmo_run.errors import InputError, OutputError
+from osmo_run.run.dataset import Dataset
+from osmo_run.run.manifest import Manifest, write_manifest
+from osmo_run.run.output import OutputWriter
+from osmo_run.run.records import record_dict, record_line
+from osmo_run.run.report import LoadedRun
+from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.spec import parse_shard
+from osmo_run.run.summary import RunSummary
+from osmo_run.sdk._imports import resolve_class
+from osmo_run.sdk._rollout import grader_skip_reason, run_grader_phase, run_to_completion
+from osmo_run.sdk.config import GraderConfig
+from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
+from osmo_run.sdk.workflow import Grader
+
+
+def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
+    manifest = run.manifest
+    if manifest is None:
+        raise InputError(f"{run.paths.manifest}: missing; regrade needs the run's manifest")
+    dataset_path = Path(str(manifest.info.get("dataset_path", "")))
+    defining = manifest.defining
+    shard = defining.get("shard")
+    timeouts = defining.get("timeouts") or {}
+    dataset = Dataset(
+        dataset_path,
+        grader_timeout_sec=timeouts.get("grader_sec"),
+        limit=defining.get("limit"),
+        shard=parse_shard(shard) if shard else None,
+    )
+    if not dataset_path.is_file() or dataset.content_sha256() != defining.get("dataset_sha256"):
+        raise InputError(
+            f"{dataset_path}: the run's dataset is missing or changed since the run; "
+            "regrade needs the same rows (their labels)"
+        )
+    requests = {row.index: row.request for row in dataset.rows() if row.request is not None}
+    return requests, manifest
+
+
+def _regraded_paths(run: LoadedRun, grader: str, settings: dict[str, Any]) -> RunPaths:
+    digest = hashlib.sha256(json.dumps([grader, settings], sort_keys=True).encode()).hexdigest()
+    directory = run.paths.directory
+    return RunPaths(directory.with_name(f"{directory.name}-regrade-{digest[:8]}") / "results.jsonl")
+
+
+def regrade(
+    run: LoadedRun,
+    grader_path: str | None,
+    output: Path | None,
+    overwrite: bool,
+    concurrency: int = 8,
+) -> tuple[RunSummary, RunPaths]:
+    """Grade every saved sample of ``run`` again; return the new run's summary and paths.
+
+    Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
+    :class:`OutputError` (the target already holds results and ``overwrite`` is off).
+    """
+    requests, manifest = _requests(run)
+    defining = manifest.defining
+    grader_name = grader_path or defining.get("grader")
+    if not grader_name:
+        raise InputError("the run had no grader; name one with --grader module:Class")
+    settings = dict(defining.get("grader_settings") or {}) if grader_path is None else {}
+    grader = resolve_class(grader_name, Grader, "grader")
+    config = GraderConfig(settings=settings)
+    paths = RunPaths(output) if output else _regraded_paths(run, str(grader_name), settings)
+    if paths.results.exists() and paths.results.stat().st_size > 0:
+        if not overwrite:
+            raise OutputError(f"{paths.results}: already holds results; pass --overwrite")
+        paths.results.unlink()
+    new_manifest = Manifest(
+        defining={
+            **defining,
+            "grader": grader_name,
+            "grader_settings": settings,
+            "regrade_of": manifest.run_id,
+        },
+        info={**manifest.info, "regraded_from": str(run.paths.results)},
+        dataset_name=manifest.dataset_name,
+    )
+    builder = run.builder()
+    paths.directory.mkdir(parents=True, exist_ok=True)
+    write_manifest(paths.manifest, new_manifest)
+
+    async def grade_one(record: dict[str, Any], slots: asyncio.Semaphore) -> dict[str, Any]:
+        request = requests.get(int(record.get("row_index", 0)))
+        sample = record.get("sample")
+        workflow_ok = record.get("status") == "success" or record.get("error_phase") == "grader"
+        if request is None or sample is None or not workflow_ok:
+            return record
+        result = ExecutionResult(
+            rollout_id=str(record.get("rollout_id", record["row_id"])),
+            status=RolloutStatus.SUCCESS,
+            sample=RolloutSample(list(sample["messages"]), dict(sample["metrics"])),
+            info=dict(record.get("info") or {}),
+            extra=dict(record.get("backend") or {}),
+        )
+        timings = record.get("timings") or {}
+        skip = grader_skip_reason(request, has_grader=True)
+        if skip is not None:
+            result.grader_skipped = skip
+        else:
+            async with slots:
+                result = await run_grader_phase(request, result, grader, config, paths.artifacts)
+        result.timings.workflow_sec = timings.get("workflow_sec")
+        result.timings.queued_sec = float(timings.get("queued_sec") or 0.0)
+        result.timings.total_sec = float(timings.get("workflow_sec") or 0.0) + (
+            result.timings.grader_sec or 0.0
+        )
+        return record_dict(
+            str(record["row_id"]),
+            int(record.get("row_index", 0)),
+            int(record.get("line", 0)),
+            result,
+            int(record.get("sample_index", 0)),
+            int(record.get("attempt", 1)),
+            list(record.get("attempts") or []),
+        )
+
+    async def main() -> None:
+        slots = asyncio.Semaphore(concurrency)
+        with OutputWriter(paths.results) as writer:
+            pending = [grade_one(record, slots) for record in iter_records(run.paths.results)]
+            for done in asyncio.as_completed(pending):
+                record = await done
+                writer.write(record_line(record))
+                builder.add_record(record)
+
+    run_to_completion(main())
+    summary = builder.build(output=str(paths.results))
+    return summary, paths

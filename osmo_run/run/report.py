@@ -1,0 +1,192 @@
+"""Reports from a run's files alone: one run's summary, shards merged, two runs compared.
+
+Works on finished, partial and crashed runs: a torn last line is skipped, and a run with
+fewer records than its manifest expects is reported as partial.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from osmo_run.errors import InputError
+from osmo_run.run.manifest import Manifest, read_manifest
+from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.spec import parse_shard
+from osmo_run.run.summary import RunSummary, SummaryBuilder
+
+
+@dataclass
+class LoadedRun:
+    paths: RunPaths
+    manifest: Manifest | None
+
+    @classmethod
+    def load(cls, target: Path) -> LoadedRun:
+        paths = RunPaths.locate(target)
+        return cls(paths, read_manifest(paths.manifest))
+
+    @property
+    def expected(self) -> int | None:
+        """Rollouts the run was set to produce, from its manifest."""
+        if self.manifest is None:
+            return None
+        defining = self.manifest.defining
+        return int(defining.get("rows", 0)) * int(defining.get("samples_per_row", 1))
+
+    def builder(self) -> SummaryBuilder:
+        info = self.manifest.info if self.manifest else {}
+        defining = self.manifest.defining if self.manifest else {}
+        return SummaryBuilder(
+            float(info.get("pass_threshold", 1.0)), int(defining.get("samples_per_row", 1))
+        )
+
+
+def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
+    """The summary of ``runs`` taken together (shards of one run), the number of records
+    read, and the number expected (``None`` when a manifest is missing)."""
+    builder = runs[0].builder()
+    count = 0
+    expected: int | None = 0
+    for run in runs:
+        for record in iter_records(run.paths.results):
+            builder.add_record(record)
+            count += 1
+        expected = None if expected is None or run.expected is None else expected + run.expected
+    summary = builder.build(output=", ".join(str(run.paths.results) for run in runs))
+    return summary, count, expected
+
+
+def check_shards(runs: list[LoadedRun]) -> None:
+    """Raise :class:`InputError` unless ``runs`` are distinct shards of one run."""
+    manifests = [run.manifest for run in runs]
+    if any(m is None for m in manifests):
+        raise InputError("merging runs needs their manifests; one of them has none")
+    defining = [dict(m.defining) for m in manifests if m is not None]
+    shards = [d.pop("shard", None) for d in defining]
+    for d in defining:
+        d.pop("rows", None)
+    if any(s is None for s in shards):
+        raise InputError("these runs are not shards (--shard K/N) of one run")
+    if any(d != defining[0] for d in defining[1:]):
+        raise InputError("these shard runs differ in what defines their results; not one run")
+    parsed = [parse_shard(str(s)) for s in shards]
+    if len({n for _, n in parsed}) != 1 or len({k for k, _ in parsed}) != len(parsed):
+        raise InputError(f"shards {', '.join(map(str, shards))} are not distinct shards of one N")
+
+
+def render_report(summary: RunSummary, count: int, expected: int | None) -> RenderableType:
+    from osmo_run.run.display import render_summary
+
+    parts: list[RenderableType] = [render_summary(summary)]
+    if expected is not None and count < expected:
+        parts.append(
+            Text(
+                f"partial run: {count} of {expected} rollouts recorded; `--resume` runs the rest",
+                style="yellow",
+            )
+        )
+    return Group(*parts)
+
+
+def _key(record: dict[str, Any]) -> tuple[str, int]:
+    return str(record["row_id"]), int(record.get("sample_index", 0))
+
+
+@dataclass
+class Comparison:
+    """How run B differs from run A, row by row."""
+
+    only_a: int = 0
+    only_b: int = 0
+    common: int = 0
+    newly_passing: list[str] = field(default_factory=list)
+    newly_failing: list[str] = field(default_factory=list)
+    reward_deltas: list[tuple[str, float | None, float | None]] = field(default_factory=list)
+    categories_a: Counter[str] = field(default_factory=Counter)
+    categories_b: Counter[str] = field(default_factory=Counter)
+    mean_delta: float | None = None
+
+
+def compare(a: LoadedRun, b: LoadedRun, threshold: float = 1.0) -> Comparison:
+    """Rows that flipped between pass and fail, reward changes, and the histogram change."""
+    first = {_key(r): r for r in iter_records(a.paths.results)}
+    result = Comparison()
+    seen: set[tuple[str, int]] = set()
+    delta_sum = 0.0
+    for record in iter_records(b.paths.results):
+        key = _key(record)
+        seen.add(key)
+        if record.get("error_category"):
+            result.categories_b[str(record["error_category"])] += 1
+        before = first.get(key)
+        if before is None:
+            result.only_b += 1
+            continue
+        result.common += 1
+        name = key[0] if key[1] == 0 else f"{key[0]}~{key[1]}"
+        reward_a, reward_b = before.get("reward"), record.get("reward")
+        passed_a = reward_a is not None and reward_a >= threshold
+        passed_b = reward_b is not None and reward_b >= threshold
+        if passed_b and not passed_a:
+            result.newly_passing.append(name)
+        elif passed_a and not passed_b:
+            result.newly_failing.append(name)
+        if reward_a != reward_b:
+            result.reward_deltas.append((name, reward_a, reward_b))
+        delta_sum += (reward_b or 0.0) - (reward_a or 0.0)
+    for key, record in first.items():
+        if record.get("error_category"):
+            result.categories_a[str(record["error_category"])] += 1
+        if key not in seen:
+            result.only_a += 1
+    result.mean_delta = delta_sum / result.common if result.common else None
+    return result
+
+
+def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> RenderableType:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("A", str(a.paths.results))
+    table.add_row("B", str(b.paths.results))
+    table.add_row(
+        "rows",
+        f"{diff.common} in both · {diff.only_a} only in A · {diff.only_b} only in B",
+    )
+    delta = "-" if diff.mean_delta is None else f"{diff.mean_delta:+.3g}"
+    table.add_row("reward", f"mean change B - A over common rows: {delta} (no reward = 0)")
+
+    def listing(names: list[str]) -> str:
+        shown = ", ".join(names[:20])
+        return f"{len(names)}" + (f": {shown}" if names else "") + (" …" if len(names) > 20 else "")
+
+    table.add_row("now passing", Text(listing(diff.newly_passing), style="green"))
+    table.add_row("now failing", Text(listing(diff.newly_failing), style="red"))
+    biggest = sorted(
+        diff.reward_deltas,
+        key=lambda item: abs((item[2] or 0.0) - (item[1] or 0.0)),
+        reverse=True,
+    )[:10]
+    if biggest:
+        table.add_row(
+            "largest changes",
+            "\n".join(f"{name}: {ra} -> {rb}" for name, ra, rb in biggest),
+        )
+    names = sorted(set(diff.categories_a) | set(diff.categories_b))
+    if names:
+        lines = [
+            f"{name:<18} {diff.categories_a[name]:>6} -> {diff.categories_b[name]:<6} "
+            f"({diff.categories_b[name] - diff.categories_a[name]:+d})"
+            for name in names
+        ]
+        table.add_row("errors A -> B", "\n".join(lines))
+    else:
+        table.add_row("errors A -> B", "none in either")
+    return Group(Text("Run comparison", style="bold underline"), table)
