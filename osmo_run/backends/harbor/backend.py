@@ -9,6 +9,7 @@ come back as files in the trial directory and are mapped by :mod:`.results`.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import ipaddress
 import json
 import re
@@ -73,23 +74,23 @@ _PHASES = {
 
 
 def check_task_dir(task_dir: Path) -> list[str]:
-    """Every problem that makes ``task_dir`` unusable as a Harbor task (empty if none)."""
+    """Every problem that makes ``task_dir`` unusable as a Harbor task (empty if none),
+    each a short phrase; callers name the directory once."""
     if not task_dir.is_dir():
-        return [f"{task_dir}: task directory not found"]
+        return ["task directory not found"]
     problems = []
-    if not (task_dir / "task.toml").is_file():
-        problems.append(f"{task_dir}: no task.toml; a Harbor task needs one")
     if not (task_dir / "instruction.md").is_file():
-        problems.append(f"{task_dir}: no instruction.md; a Harbor task needs one")
+        problems.append("no instruction.md (a Harbor task needs one)")
+    if not (task_dir / "task.toml").is_file():
+        return ["no task.toml (a Harbor task needs one)", *problems]
     try:
         has_image = docker_ops.task_base_image(task_dir) is not None
     except TaskDirError as exc:
-        problems.append(str(exc))
-        has_image = True
+        return [*problems, str(exc)]
     if not has_image and not (task_dir / "environment" / "Dockerfile").is_file():
         problems.append(
-            f"{task_dir}: neither [environment].docker_image in task.toml nor "
-            "environment/Dockerfile; the trial has no image"
+            "neither [environment].docker_image in task.toml nor environment/Dockerfile, "
+            "so the trial has no image"
         )
     return problems
 
@@ -265,7 +266,7 @@ class HarborBackend(ExecutionBackend):
             if self._task_dir is not None:
                 problems = check_task_dir(self._task_dir)
                 if problems:
-                    raise TaskDirError("\n".join(problems))
+                    raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             self._trials_dir.mkdir(parents=True, exist_ok=True)
             self._staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._run_id}-"))
             stage_runtime(self._staging / "runtime")
@@ -279,7 +280,12 @@ class HarborBackend(ExecutionBackend):
                     encoding="utf-8",
                 )
             if self._prebuild and self._task_dir is not None:
-                await self._image_for(self._task_dir)
+                try:
+                    await self._image_for(self._task_dir)
+                except docker_ops.DockerCommandError as exc:
+                    raise EnvironmentNotReady(
+                        f"--task-dir {self._task_dir}: building the trial image failed: {exc}"
+                    ) from None
             self._prepared = True
 
     async def aclose(self) -> None:
@@ -359,7 +365,10 @@ class HarborBackend(ExecutionBackend):
             )
         problems = check_task_dir(task_dir)
         if problems:
-            raise InputError(f"row {request.id}: " + "; ".join(problems))
+            raise InputError(
+                f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} ({task_dir}): "
+                + "; ".join(problems)
+            )
         return task_dir
 
     async def _image_for(self, task_dir: Path) -> str:
@@ -566,20 +575,51 @@ class HarborBackend(ExecutionBackend):
         self._container_llm_url = rewrite_url(self._llm.base_url, gateway, port)
 
     def _preflight(self) -> None:
+        """Harbor's own checks of a non-Docker environment (its extra, its credentials),
+        each failure one line."""
         from harbor.environments.factory import EnvironmentFactory
 
+        kind = self._environment.type
+        extra = None if self._environment.import_path else _missing_harbor_extra(kind)
+        if extra is not None:
+            raise EnvironmentNotReady(
+                f"--env {kind.value}: Harbor's {extra!r} extra is not installed; "
+                f"install it with: pip install 'harbor[{extra}]'"
+            )
         try:
             EnvironmentFactory.run_preflight(
-                type=self._environment.type,
+                type=kind,
                 import_path=self._environment.import_path,
                 kwargs=self._environment.kwargs,
             )
         except SystemExit as exc:
-            raise EnvironmentNotReady(str(exc.code)) from None
+            raise EnvironmentNotReady(" ".join(str(exc.code).split())) from None
         except Exception as exc:
+            name = self._environment.import_path or (kind.value if kind else "harbor")
             raise EnvironmentNotReady(
-                f"the {self._environment.type} environment is not usable: {exc}"
+                f"the {name} environment is not usable: {' '.join(str(exc).split())}"
             ) from None
+
+
+def _missing_harbor_extra(kind: EnvironmentType | None) -> str | None:
+    """The Harbor extra named like ``kind`` when a package it requires is not installed."""
+    if kind is None:
+        return None
+    try:
+        requirements = importlib.metadata.requires("harbor") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    in_extra = re.compile(rf"""extra\s*==\s*['"]{re.escape(kind.value)}['"]""")
+    for requirement in requirements:
+        spec, _, markers = requirement.partition(";")
+        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
+        if not in_extra.search(markers) or name is None or name.group() == "harbor":
+            continue
+        try:
+            importlib.metadata.distribution(name.group())
+        except importlib.metadata.PackageNotFoundError:
+            return str(kind.value)
+    return None
 
 
 def _setup_failure(rollout_id: str, category: ErrorCategory, message: str) -> ExecutionResult:

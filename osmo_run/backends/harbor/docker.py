@@ -51,6 +51,12 @@ async def docker(*args: str, check: bool = True, timeout_sec: float = 900.0) -> 
     return text
 
 
+def _detail(exc: DockerCommandError) -> str:
+    """The docker output of a failed command, on one line."""
+    text = str(exc).partition(" failed: ")[2] or str(exc)
+    return " ".join(text.split())
+
+
 async def engine_ready() -> None:
     """Raise :class:`EnvironmentNotReady` unless a Docker engine and compose v2 answer."""
     try:
@@ -99,7 +105,7 @@ async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> s
     the user's code; return its tag (content-addressed, so unchanged inputs reuse it).
 
     Raises :class:`TaskDirError` for a task with neither ``docker_image`` nor a Dockerfile,
-    and :class:`DockerCommandError` when a build fails.
+    and :class:`DockerCommandError` when a build or the pull of a missing image fails.
     """
     base = task_base_image(task_dir)
     if base is None:
@@ -112,6 +118,14 @@ async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> s
         base = f"osmo-run/task:{tree_digest(environment_dir)[:16]}"
         if not await image_exists(base):
             await docker("build", "-q", "-t", base, str(environment_dir))
+    elif not await image_exists(base):
+        try:  # a registry image, as Harbor would pull it
+            await docker("pull", "-q", base)
+        except DockerCommandError as exc:
+            raise DockerCommandError(
+                f"the task image {base} ([environment].docker_image of {task_dir}) is not on "
+                f"this machine and could not be pulled: {_detail(exc)}"
+            ) from None
     base_id = (await docker("image", "inspect", "--format", "{{.Id}}", base)).strip()
     digest = hashlib.sha256(
         (base_id + tree_digest(runtime_dir) + tree_digest(code_dir)).encode()

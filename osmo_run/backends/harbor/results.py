@@ -38,7 +38,6 @@ _SETUP_INFRA = frozenset(
         "SandboxLikelyOutOfMemoryError",
         "MemoryLimitExceededError",
         "MissingExtraError",
-        "OsmoRunSandboxInfraError",
     }
 )
 _REWARD_INVALID = frozenset(
@@ -59,11 +58,26 @@ def _sum(*values: float | None) -> float | None:
     return sum(present) if present else None
 
 
+def _started_by(timing: TimingInfo | None, moment: datetime | None) -> bool:
+    """Whether the phase ``timing`` had started by ``moment`` (``None``: at any time)."""
+    started = None if timing is None else timing.started_at
+    if started is None:
+        return False
+    try:
+        return moment is None or started <= moment
+    except TypeError:  # naive against aware: the phase started, order unknown
+        return True
+
+
 def _phase_of_exception(trial: TrialResult) -> Phase:
-    """Where Harbor's recorded exception happened, from which phases had started."""
-    if trial.verifier is not None and trial.verifier.started_at is not None:
+    """Where Harbor's recorded exception happened: the last phase that had started when it
+    occurred. (Harbor still runs the verifier after many agent failures, so "the verifier
+    started" alone does not make it the grader's.)"""
+    info = trial.exception_info
+    occurred = None if info is None else info.occurred_at
+    if _started_by(trial.verifier, occurred):
         return Phase.GRADER
-    if trial.agent_execution is not None and trial.agent_execution.started_at is not None:
+    if _started_by(trial.agent_execution, occurred):
         return Phase.WORKFLOW
     return Phase.SETUP
 
@@ -114,6 +128,10 @@ def _from_exception(
         return _failure(rollout_id, ErrorCategory.VALIDATION_ERROR, Phase.GRADER, message, sample)
     if name in _VERIFIER_INFRA:
         return _failure(rollout_id, ErrorCategory.INFRA_ERROR, Phase.GRADER, text, sample)
+    if name == "OsmoRunSandboxInfraError":  # our agent's own account, in setup or later
+        return _failure(
+            rollout_id, ErrorCategory.INFRA_ERROR, phase, info.exception_message, sample
+        )
     if name in _SETUP_INFRA or phase is Phase.SETUP:
         message = f"the trial environment failed before the workflow ran: {text}"
         return _failure(rollout_id, ErrorCategory.INFRA_ERROR, Phase.SETUP, message, sample)

@@ -8,7 +8,9 @@ each trial, or baked into the prebuilt image.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import osmo_run
@@ -68,22 +70,72 @@ def stage_runtime(dest: Path) -> Path:
     return dest
 
 
-def stage_user_code(source: Path, dest: Path) -> Path:
-    """Copy ``source`` to ``dest`` without caches, virtual environments, VCS data or links.
+def _git_files(source: Path) -> list[Path] | None:
+    """Files git would commit under ``source`` (tracked, or untracked and not ignored);
+    ``None`` when ``source`` is not in a git work tree."""
+    try:
+        listing = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(source),
+                "ls-files",
+                "-z",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [Path(name) for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
 
-    Raises :class:`InputError` when ``source`` is not a directory or the copy exceeds
-    ``MAX_CODE_BYTES`` (pass a narrower ``--user-code-dir``).
+
+def _walk_files(source: Path) -> list[Path]:
+    files = []
+    for root, dirs, names in os.walk(source):
+        dirs[:] = [d for d in dirs if d not in _ignore(root, dirs)]
+        kept = set(names) - _ignore(root, names)
+        files += [Path(root, name).relative_to(source) for name in sorted(kept)]
+    return files
+
+
+def stage_user_code(source: Path, dest: Path) -> Path:
+    """Copy the user's code from ``source`` to ``dest``: in a git work tree the files git
+    would commit (so .gitignore applies), elsewhere every file; never caches, virtual
+    environments, VCS data or links.
+
+    Raises :class:`InputError` when ``source`` is not a directory or the files exceed
+    ``MAX_CODE_BYTES`` (checked before anything is copied).
     """
     if not source.is_dir():
         raise InputError(f"{source}: --user-code-dir must be a directory")
-    shutil.copytree(source, dest, ignore=_ignore, dirs_exist_ok=True)
-    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    files = _git_files(source)
+    if files is None:
+        files = _walk_files(source)
+    files = [
+        f
+        for f in files
+        if not set(f.parts) & EXCLUDED_NAMES
+        and not f.name.endswith(".pyc")
+        and (source / f).is_file()
+        and not (source / f).is_symlink()
+    ]
+    size = sum((source / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise InputError(
             f"{source}: the user code directory holds {size / 2**20:.0f} MB after leaving out "
-            "caches and virtual environments; pass a narrower --user-code-dir (the directory "
-            "holding your workflow's package)"
+            "ignored files, caches and virtual environments; pass a narrower --user-code-dir "
+            "(the directory holding your workflow's package)"
         )
+    for relative in files:
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / relative, target)
+    dest.mkdir(parents=True, exist_ok=True)
     return dest
 
 

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Checks nothing and, on purpose, writes no /logs/verifier/reward.txt.
+echo "forgot the reward"
