@@ -11,6 +11,7 @@ import typer
 from osmo_run.cli.harbor import harbor
 from osmo_run.cli.local import local
 from osmo_run.cli.reports import regrade, report
+from osmo_run.cli.validate import validate
 from osmo_run.errors import OsmoRunError
 
 app = typer.Typer(
@@ -26,6 +27,7 @@ app.command()(local)
 app.command()(harbor)
 app.command()(report)
 app.command()(regrade)
+app.command()(validate)
 
 
 @app.command()

@@ -13,18 +13,31 @@ from osmo_run.cli.options import (
     CodeDirOption,
     ConcurrencyOption,
     DisplayOption,
+    FailFastOption,
+    FailUnderOption,
     GraderOption,
     GraderTimeoutOption,
+    JsonOption,
+    JunitOption,
     LimitOption,
+    MaxErrorRateOption,
+    MaxErrorsOption,
+    MinPassRateOption,
     OutputOption,
     OverwriteOption,
+    PlainOption,
     ResumeOption,
     RetryErrorsOption,
     SamplesOption,
+    SeedOption,
     ShardOption,
+    SmokeOption,
+    SmokeRowsOption,
     SpecOption,
+    SummaryMdOption,
     WorkflowOption,
     check_display,
+    ci_settings,
     console,
     load_spec_with_flags,
     retry_categories,
@@ -49,6 +62,18 @@ def local(
     retry_errors: RetryErrorsOption = None,
     samples: SamplesOption = None,
     shard: ShardOption = None,
+    fail_under: FailUnderOption = None,
+    min_pass_rate: MinPassRateOption = None,
+    max_errors: MaxErrorsOption = None,
+    max_error_rate: MaxErrorRateOption = None,
+    junit_xml: JunitOption = None,
+    summary_md: SummaryMdOption = None,
+    json_summary: JsonOption = False,
+    plain: PlainOption = False,
+    smoke: SmokeOption = False,
+    smoke_rows: SmokeRowsOption = 5,
+    seed: SeedOption = 0,
+    fail_fast: FailFastOption = False,
 ) -> None:
     """Run every row in this process (LocalBackend): the shortest debugging loop."""
     from osmo_run.backends.local import LocalBackend
@@ -56,6 +81,7 @@ def local(
     from osmo_run.run.session import RunSettings, execute_run
     from osmo_run.sdk._imports import ensure_on_path
 
+    display = "plain" if plain else display
     check_display(display)
     run_spec = load_spec_with_flags(
         spec,
@@ -83,6 +109,19 @@ def local(
         overwrite=overwrite,
         resume=resume,
         retry_errors=retry_categories(retry_errors),
+        **ci_settings(
+            fail_under,
+            min_pass_rate,
+            max_errors,
+            max_error_rate,
+            junit_xml,
+            summary_md,
+            json_summary,
+            smoke,
+            smoke_rows,
+            seed,
+            fail_fast,
+        ),
         description=f"osmo-run local {dataset}",
         info={"code_dir": str((run_spec.code_dir or Path.cwd()).resolve())},
     )
@@ -98,5 +137,5 @@ def local(
         )
 
     secrets = (llm.api_key,) if llm is not None and llm.api_key else ()
-    code = execute_run(settings, make_backend, console(), secrets)
+    code = execute_run(settings, make_backend, console(stderr=json_summary), secrets)
     raise typer.Exit(int(code))

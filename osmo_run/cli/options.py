@@ -72,10 +72,75 @@ ShardOption = Annotated[
 ]
 
 
-def console() -> Console:
+FailUnderOption = Annotated[
+    float | None,
+    typer.Option(help="Gate: fail unless the mean reward (failed rows as 0) is at least X."),
+]
+MinPassRateOption = Annotated[
+    float | None,
+    typer.Option(help="Gate: fail unless this share of rollouts reaches the pass threshold."),
+]
+MaxErrorsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--max-errors",
+        help="Error budget: at most N failed rollouts, or CATEGORY=N for one category "
+        "(repeatable).",
+    ),
+]
+MaxErrorRateOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--max-error-rate",
+        help="Error budget as a fraction: F, or CATEGORY=F (repeatable).",
+    ),
+]
+JunitOption = Annotated[
+    Path | None, typer.Option("--junit-xml", help="Write a JUnit XML report, a case per rollout.")
+]
+SummaryMdOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--summary-md", help="Write a Markdown summary (also appended to $GITHUB_STEP_SUMMARY)."
+    ),
+]
+JsonOption = Annotated[
+    bool,
+    typer.Option("--json", help="Print the final summary as one JSON object on stdout."),
+]
+PlainOption = Annotated[bool, typer.Option("--plain", help="Same as --display plain.")]
+SmokeOption = Annotated[
+    bool,
+    typer.Option(
+        help="CI smoke test: a fixed random subset of rows (--smoke-rows, --seed), "
+        "timeouts capped at 60 s, fail-fast."
+    ),
+]
+SmokeRowsOption = Annotated[int, typer.Option(min=1, help="Rows in a --smoke run.")]
+SeedOption = Annotated[int, typer.Option(help="Seed choosing the --smoke rows.")]
+FailFastOption = Annotated[
+    bool, typer.Option(help="Start no further rows after the first failed rollout.")
+]
+
+
+def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, stderr=stderr)
+
+
+def gates_from_flags(
+    fail_under: float | None,
+    min_pass_rate: float | None,
+    max_errors: list[str] | None,
+    max_error_rate: list[str] | None,
+) -> Any:
+    """The :class:`~osmo_run.run.gates.Gates` the flags ask for."""
+    from osmo_run.run.gates import Gates, parse_budget
+
+    budgets = [parse_budget(v, rate=False) for v in max_errors or []]
+    budgets += [parse_budget(v, rate=True) for v in max_error_rate or []]
+    return Gates(fail_under=fail_under, min_pass_rate=min_pass_rate, budgets=tuple(budgets))
 
 
 def check_display(display: str) -> None:
@@ -151,3 +216,28 @@ def retry_categories(value: str | None) -> frozenset[str] | None:
             f"({', '.join(sorted(known))})"
         )
     return names
+
+
+def ci_settings(
+    fail_under: float | None,
+    min_pass_rate: float | None,
+    max_errors: list[str] | None,
+    max_error_rate: list[str] | None,
+    junit_xml: Path | None,
+    summary_md: Path | None,
+    json_summary: bool,
+    smoke: bool,
+    smoke_rows: int,
+    seed: int,
+    fail_fast: bool,
+) -> dict[str, Any]:
+    """The :class:`~osmo_run.run.session.RunSettings` fields of the CI flags."""
+    return {
+        "gates": gates_from_flags(fail_under, min_pass_rate, max_errors, max_error_rate),
+        "junit_xml": junit_xml,
+        "summary_md": summary_md,
+        "json_summary": json_summary,
+        "smoke_rows": smoke_rows if smoke else None,
+        "seed": seed,
+        "fail_fast": fail_fast,
+    }

@@ -182,12 +182,15 @@ class Dataset:
         grader_timeout_sec: float | None = None,
         limit: int | None = None,
         shard: tuple[int, int] | None = None,
+        select: frozenset[int] | None = None,
     ) -> None:
         self.path = path
         self._agent_timeout_sec = agent_timeout_sec
         self._grader_timeout_sec = grader_timeout_sec
         self._limit = limit
         self._shard = shard
+        self.select = select
+        """Row indexes to keep (a smoke subset); ``None`` keeps every row."""
 
     def content_sha256(self) -> str:
         """The hash of the file's bytes: a run is defined by its data, not its path."""
@@ -211,6 +214,8 @@ class Dataset:
             if self._limit is not None and index >= self._limit:
                 return
             if shard is not None and index % shard[1] != shard[0] - 1:
+                continue
+            if self.select is not None and not whole_selection and index not in self.select:
                 continue
             obj: object = None
             try:

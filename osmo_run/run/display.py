@@ -351,5 +351,7 @@ def render_summary(summary: RunSummary) -> RenderableType:
         table.add_row("not graded", skipped)
     if summary.output:
         table.add_row("output", summary.output)
+    if summary.stopped_early:
+        table.add_row("fail-fast", "stopped starting rows after the first failed rollout")
     title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
     return Group(Text(title, style="bold underline"), table)

@@ -95,6 +95,7 @@ class Runner:
         window: int | None = None,
         retry: RetryPolicy = NO_RETRIES,
         stats: SummaryBuilder | None = None,
+        fail_fast: bool = False,
     ) -> None:
         self._backend = backend
         self._writer = writer
@@ -105,6 +106,8 @@ class Runner:
         self._flights: dict[str, _Flight] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._interrupted = False
+        self._fail_fast = fail_fast
+        self._stopped_early = False
         self._fatal: BaseException | None = None
         self._wake: asyncio.Event | None = None
         backend.set_progress_listener(display.row_phase)
@@ -159,6 +162,9 @@ class Runner:
             return
         self._stats.add_record(record)
         self._display.row_finished(result)
+        if self._fail_fast and not result.ok and not self._stopped_early:
+            self._stopped_early = True  # dispatch stops; rows in flight still finish
+            self._display.message("fail-fast: a rollout failed; no further rows are started")
 
     async def _attempt(self, item: WorkItem) -> ExecutionResult:
         """One try of ``item`` through the backend; its final result."""
@@ -238,7 +244,7 @@ class Runner:
                 while len(self._tasks) >= self._window and not self._interrupted:
                     self._wake.clear()
                     await self._wake.wait()
-                if self._interrupted:
+                if self._interrupted or self._stopped_early:
                     break
                 flight = _Flight(item, time.monotonic())
                 self._flights[item.rollout_id] = flight
@@ -251,7 +257,9 @@ class Runner:
             ticker.cancel()
         if self._fatal is not None:
             raise self._fatal
-        return self._stats.build(output=str(self._writer.path), interrupted=self._interrupted)
+        summary = self._stats.build(output=str(self._writer.path), interrupted=self._interrupted)
+        summary.stopped_early = self._stopped_early
+        return summary
 
     async def _drain(self) -> None:
         """Wait for in-flight rows; after an interrupt, give them ``CANCEL_WAIT_SEC``."""

@@ -10,7 +10,9 @@ import asyncio
 import enum
 import json
 import os
+import random
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +24,10 @@ from rich.console import Console
 from osmo_run import __version__
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import InputError, OutputError
+from osmo_run.run.ci_reports import append_step_summary, markdown_summary, write_junit
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.display import make_display, render_summary
+from osmo_run.run.gates import GateFailure, Gates, evaluate
 from osmo_run.run.manifest import Manifest, read_manifest, write_manifest
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
@@ -37,13 +41,16 @@ class ExitCode(enum.IntEnum):
     """The process exit codes, identical for every backend (documented in the README)."""
 
     OK = 0
-    """Every row succeeded."""
+    """The run passed: every rollout succeeded, or every given gate held."""
     ROLLOUTS_FAILED = 1
-    """The run finished, and at least one row failed or was not graded as it should."""
+    """A rollout failed (no gate given), or a quality gate (--fail-under,
+    --min-pass-rate) did not hold."""
     INVALID_INPUT = 2
     """Bad invocation, spec, dataset or environment; nothing was run."""
     INTERNAL_ERROR = 3
     """A bug in osmo-run."""
+    ERROR_BUDGET_EXCEEDED = 4
+    """More rollouts failed than --max-errors / --max-error-rate allow."""
     INTERRUPTED = 130
     """Ctrl-C or SIGTERM: in-flight rows were recorded as cancelled."""
 
@@ -68,18 +75,34 @@ class RunSettings:
     backend_name: str = "local"
     backend_identity: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    gates: Gates = field(default_factory=Gates)
+    junit_xml: Path | None = None
+    summary_md: Path | None = None
+    json_summary: bool = False
+    """Print the final summary as one JSON object on stdout (the console is stderr)."""
+    smoke_rows: int | None = None
+    """Run a fixed random subset of this many rows, with short timeouts and fail-fast."""
+    seed: int = 0
+    fail_fast: bool = False
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def exit_code_for(summary: RunSummary) -> ExitCode:
-    """0 when every rollout succeeded, 130 when interrupted, otherwise 1."""
+def exit_code_for(summary: RunSummary, failures: list[GateFailure] | None = None) -> ExitCode:
+    """The exit code of a finished run given the gates it failed (see :class:`ExitCode`).
+
+    ``failures`` defaults to the verdict without gates (any failed rollout fails).
+    """
     if summary.interrupted:
         return ExitCode.INTERRUPTED
-    if summary.failed:
-        return ExitCode.ROLLOUTS_FAILED
-    return ExitCode.OK
+    if failures is None:
+        failures = evaluate(summary, Gates())
+    if not failures:
+        return ExitCode.OK
+    if any(f.kind == "budget" for f in failures):
+        return ExitCode.ERROR_BUDGET_EXCEEDED
+    return ExitCode.ROLLOUTS_FAILED
 
 
 def build_manifest(settings: RunSettings, dataset: Dataset, rows: int) -> Manifest:
@@ -259,6 +282,8 @@ def execute_run(
     """
     spec = settings.spec
     samples = spec.samples_per_row
+    if settings.smoke_rows is not None:
+        spec = settings.spec = _smoke_spec(spec)
     dataset = Dataset(
         settings.dataset,
         agent_timeout_sec=spec.timeouts.agent_sec,
@@ -267,6 +292,11 @@ def execute_run(
         shard=spec.shard_tuple(),
     )
     rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+    if settings.smoke_rows is not None:
+        chosen = random.Random(settings.seed).sample(range(rows), min(settings.smoke_rows, rows))
+        dataset.select = frozenset(chosen)
+        rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+        settings.backend_identity["smoke"] = {"rows": settings.smoke_rows, "seed": settings.seed}
     manifest = build_manifest(settings, dataset, rows)
     paths = RunPaths(settings.output or Path("runs") / manifest.run_id / "results.jsonl")
     prepared = prepare_run_dir(paths, manifest, settings, samples)
@@ -288,9 +318,15 @@ def execute_run(
 
     async def main() -> RunSummary:
         loop = asyncio.get_running_loop()
+        await backend.prepare()  # before any file is written: a refusal leaves nothing behind
         with OutputWriter(paths.results, secrets) as writer:
             runner = Runner(
-                backend, writer, display, retry=spec.retries.policy(), stats=prepared.stats
+                backend,
+                writer,
+                display,
+                retry=spec.retries.policy(),
+                stats=prepared.stats,
+                fail_fast=settings.fail_fast or settings.smoke_rows is not None,
             )
 
             def interrupt() -> None:
@@ -316,7 +352,6 @@ def execute_run(
 
             for sig in _SIGNALS:
                 signal.signal(sig, on_signal)
-            await backend.prepare()
             write_manifest(paths.manifest, manifest)
             display.start(to_run, description)
             items = work_items(dataset.rows(), samples, prepared.skip(samples))
@@ -333,9 +368,56 @@ def execute_run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary.output = str(paths.results)
+    failures = evaluate(summary, settings.gates)
+    code = exit_code_for(summary, failures)
     write_summary(paths, summary)
     console.print(render_summary(summary))
-    return exit_code_for(summary)
+    for failure in failures if settings.gates.given else []:
+        console.print(failure.line(), style="red", markup=False)
+    _write_ci_reports(settings, paths, summary, failures)
+    if settings.json_summary:
+        verdict = {
+            "exit_code": int(code),
+            "passed": not failures and not summary.interrupted,
+            "gate_failures": [vars(f) for f in failures],
+            "run_dir": str(paths.directory),
+            "summary": summary.to_dict(),
+        }
+        sys.stdout.write(json.dumps(verdict) + "\n")
+        sys.stdout.flush()
+    return code
+
+
+_SMOKE_TIMEOUT_SEC = 60.0
+
+
+def _smoke_spec(spec: RunSpec) -> RunSpec:
+    """``spec`` with timeouts capped for a CI smoke step that must finish quickly."""
+
+    def cap(value: float | None) -> float:
+        return _SMOKE_TIMEOUT_SEC if value is None else min(value, _SMOKE_TIMEOUT_SEC)
+
+    timeouts = spec.timeouts.model_copy(
+        update={
+            "agent_sec": cap(spec.timeouts.agent_sec),
+            "grader_sec": cap(spec.timeouts.grader_sec),
+        }
+    )
+    return spec.model_copy(update={"timeouts": timeouts})
+
+
+def _write_ci_reports(
+    settings: RunSettings, paths: RunPaths, summary: RunSummary, failures: list[GateFailure]
+) -> None:
+    threshold = settings.spec.pass_threshold
+    if settings.junit_xml is not None:
+        write_junit(paths.results, settings.junit_xml, settings.dataset.stem, threshold)
+    if settings.summary_md is not None or os.environ.get("GITHUB_STEP_SUMMARY"):
+        markdown = markdown_summary(paths.results, summary, failures, settings.description)
+        if settings.summary_md is not None:
+            settings.summary_md.parent.mkdir(parents=True, exist_ok=True)
+            settings.summary_md.write_text(markdown, encoding="utf-8")
+        append_step_summary(markdown)
 
 
 def write_summary(paths: RunPaths, summary: RunSummary) -> None:

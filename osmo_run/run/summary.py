@@ -41,6 +41,8 @@ class RunSummary:
     passed: int = 0
     pass_at_k: dict[int, float | None] = field(default_factory=dict)
     samples_per_row: int = 1
+    stopped_early: bool = False
+    """Fail-fast stopped dispatching after a failed rollout."""
 
     @property
     def mean_reward_graded(self) -> float | None:
@@ -99,6 +101,7 @@ class RunSummary:
             },
             "output": self.output,
             "interrupted": self.interrupted,
+            "stopped_early": self.stopped_early,
         }
 
 

@@ -1,0 +1,111 @@
+"""Quality gates and error budgets: whether a finished run passes, as a pure function.
+
+With no gate given, any failed rollout fails the run. With gates given, only the gates
+decide: ``--fail-under`` (mean reward, failures counted as 0), ``--min-pass-rate``,
+``--max-errors`` and ``--max-error-rate`` (either overall or for one category).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from osmo_run.errors import InputError
+from osmo_run.run.summary import RunSummary
+from osmo_run.sdk.types import ErrorCategory
+
+
+@dataclass(frozen=True)
+class ErrorBudget:
+    """At most ``limit`` failed rollouts (a count, or a fraction of all when ``rate``),
+    counting only ``category`` when given."""
+
+    limit: float
+    rate: bool
+    category: str | None = None
+
+    def describe(self) -> str:
+        flag = "--max-error-rate" if self.rate else "--max-errors"
+        scope = f" ({self.category})" if self.category else ""
+        return f"{flag}{scope}"
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The thresholds a run must meet; all ``None``/empty means "no failed rollout"."""
+
+    fail_under: float | None = None
+    min_pass_rate: float | None = None
+    budgets: tuple[ErrorBudget, ...] = field(default_factory=tuple)
+
+    @property
+    def given(self) -> bool:
+        return self.fail_under is not None or self.min_pass_rate is not None or bool(self.budgets)
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One gate that did not hold. ``kind`` is ``rollouts`` (no gate given and a rollout
+    failed), ``quality`` (a score or pass-rate gate) or ``budget`` (an error budget)."""
+
+    gate: str
+    measured: float
+    threshold: float
+    kind: str
+
+    def line(self) -> str:
+        """One line a person reads in a CI log."""
+        relation = "below the minimum" if self.kind == "quality" else "above the maximum"
+        return (
+            f"gate failed: {self.gate} measured {self.measured:.4g}, {relation} "
+            f"{self.threshold:.4g}"
+        )
+
+
+def parse_budget(value: str, rate: bool) -> ErrorBudget:
+    """``"5"`` or ``"timeout=5"`` (``"0.1"``/``"timeout=0.1"`` for a rate).
+
+    Raises :class:`InputError` naming the flag and what is wrong.
+    """
+    flag = "--max-error-rate" if rate else "--max-errors"
+    category, sep, number = value.rpartition("=")
+    if sep and category not in {c.value for c in ErrorCategory}:
+        known = ", ".join(sorted(c.value for c in ErrorCategory))
+        raise InputError(f"{flag}: {category!r} is not an error category ({known})")
+    try:
+        limit = float(number)
+    except ValueError:
+        raise InputError(f"{flag}: {number!r} is not a number (e.g. {flag} 5)") from None
+    if limit < 0 or (rate and limit > 1) or (not rate and limit != int(limit)):
+        expected = "a fraction from 0 to 1" if rate else "a whole number of rollouts"
+        raise InputError(f"{flag}: {value!r} must be {expected}")
+    return ErrorBudget(limit=limit, rate=rate, category=category or None)
+
+
+def evaluate(summary: RunSummary, gates: Gates) -> list[GateFailure]:
+    """Every gate that ``summary`` fails (empty when the run passes).
+
+    Without gates, each failed rollout fails the run (reported as one ``rollouts`` entry).
+    """
+    failures: list[GateFailure] = []
+    if not gates.given:
+        if summary.failed:
+            failures.append(GateFailure("failed rollouts", summary.failed, 0, "rollouts"))
+        return failures
+    errors = summary.by_status.get("failure", 0) + summary.by_status.get("cancelled", 0)
+    for budget in gates.budgets:
+        count = summary.error_categories.get(budget.category, 0) if budget.category else errors
+        measured = count / summary.total if budget.rate and summary.total else float(count)
+        if budget.rate and not summary.total:
+            measured = 0.0
+        if measured > budget.limit:
+            failures.append(GateFailure(budget.describe(), measured, budget.limit, "budget"))
+    if gates.fail_under is not None:
+        mean = summary.mean_reward_all or 0.0
+        if mean < gates.fail_under:
+            gate = "--fail-under (mean reward, failures as 0)"
+            failures.append(GateFailure(gate, mean, gates.fail_under, "quality"))
+    if gates.min_pass_rate is not None:
+        rate = summary.pass_rate or 0.0
+        if rate < gates.min_pass_rate:
+            failures.append(GateFailure("--min-pass-rate", rate, gates.min_pass_rate, "quality"))
+    return failures

@@ -1,0 +1,141 @@
+"""Check everything that can be checked without running a rollout, and list every problem.
+
+Unlike a run, which stops at the first bad input, validation goes on after a problem so
+one pass shows all of them: the spec's fields, the workflow and grader imports, every
+dataset row, and for harbor the task directory and the environment's credentials.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from osmo_run.errors import OsmoRunError
+from osmo_run.run.dataset import Dataset
+from osmo_run.run.spec import RunSpec, load_spec
+from osmo_run.sdk._imports import DependencyImportError, ensure_on_path, resolve_class
+from osmo_run.sdk.workflow import AgentWorkflow, Grader
+
+MAX_ROW_PROBLEMS = 50
+
+
+@dataclass
+class Validation:
+    """What was checked (``checked``) and every problem found (``problems``)."""
+
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
+    ensure_on_path(spec.code_dir or Path.cwd())
+    for field_name, base in (("workflow", AgentWorkflow), ("grader", Grader)):
+        path = getattr(spec, field_name)
+        if path is None:
+            continue
+        try:
+            resolve_class(path, base, field_name)
+            result.checked.append(f"{field_name} {path}")
+        except DependencyImportError as exc:
+            if harbor:  # its dependencies may exist only in the trial image
+                result.checked.append(f"{field_name} {path} (a dependency is missing here: {exc})")
+            else:
+                result.problems.append(str(exc))
+        except OsmoRunError as exc:
+            result.problems.append(str(exc))
+    for check in (spec.agent_workflow_config, spec.grader_config_object):
+        try:
+            check()
+        except OsmoRunError as exc:
+            result.problems.append(str(exc))
+    if spec.llm is not None:
+        try:
+            spec.llm.endpoint()
+        except OsmoRunError as exc:
+            result.problems.append(str(exc))
+
+
+def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
+    dataset = Dataset(dataset_path, limit=spec.limit if spec else None)
+    try:
+        count, problems = dataset.validate(stop_on_error=False)
+    except OsmoRunError as exc:
+        result.problems.append(str(exc))
+        return
+    result.problems += problems[:MAX_ROW_PROBLEMS]
+    if len(problems) > MAX_ROW_PROBLEMS:
+        result.problems.append(
+            f"{dataset_path}: {len(problems) - MAX_ROW_PROBLEMS} more bad rows not listed"
+        )
+    result.checked.append(f"dataset {dataset_path}: {count} rows, {len(problems)} bad")
+
+
+def _check_environment(env: str, result: Validation) -> None:
+    if env == "docker":
+        docker = shutil.which("docker")
+        answered = docker is not None and (
+            subprocess.run(
+                [docker, "info"], capture_output=True, timeout=15, check=False
+            ).returncode
+            == 0
+        )
+        if answered:
+            result.checked.append("docker engine answers")
+        else:
+            result.problems.append(
+                "environment docker: no Docker engine answers; "
+                "run `sudo scripts/provision-docker.sh`"
+            )
+    elif env == "daytona":
+        has_key = bool(os.environ.get("DAYTONA_API_KEY"))
+        has_jwt = bool(
+            os.environ.get("DAYTONA_JWT_TOKEN") and os.environ.get("DAYTONA_ORGANIZATION_ID")
+        )
+        if has_key or has_jwt:
+            result.checked.append("daytona credentials present")
+        else:
+            result.problems.append(
+                "environment daytona: set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and "
+                "DAYTONA_ORGANIZATION_ID)"
+            )
+
+
+def _check_task(task_dir: Path, env: str, result: Validation) -> None:
+    try:
+        from osmo_run.backends.harbor.backend import check_task_dir
+    except OsmoRunError as exc:
+        result.problems.append(str(exc))
+        return
+    problems = check_task_dir(task_dir)
+    result.problems += problems
+    if not problems:
+        result.checked.append(f"task {task_dir}")
+    _check_environment(env, result)
+
+
+def validate(
+    spec_path: Path | None,
+    dataset_path: Path | None,
+    task_dir: Path | None = None,
+    harbor: bool = False,
+) -> Validation:
+    """Run every check that applies and collect the problems; never raises for bad input."""
+    result = Validation()
+    spec: RunSpec | None = None
+    if spec_path is not None:
+        try:
+            spec = load_spec(spec_path)
+            result.checked.append(f"spec {spec_path}")
+        except OsmoRunError as exc:
+            result.problems += str(exc).splitlines()
+    if spec is not None:
+        _check_imports(spec, result, harbor=harbor or task_dir is not None)
+    if dataset_path is not None:
+        _check_dataset(dataset_path, spec, result)
+    task = task_dir or (spec.harbor.task_dir if spec is not None and harbor else None)
+    if task is not None:
+        _check_task(task, spec.harbor.env if spec is not None else "docker", result)
+    return result
