@@ -4,12 +4,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test check docker clean-venv
+.PHONY: example llm-example test check docker clean-venv
 
-$(STAMP): pyproject.toml scripts/find-python
+# Every extra, for the tests. strands-agents wants mcp<2.2 and harbor's fastmcp mcp>=2.3 (for
+# an MCP server osmo-run never starts), so pip resolves them only in two steps; the second
+# settles mcp (and openai, for openai-agents) for the agent frameworks.
+$(STAMP): pyproject.toml scripts/find-python scripts/install-embedded-llm.sh
 	@test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[harbor,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[harbor,dev,embedded]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[openai-agents,strands]'
+	scripts/install-embedded-llm.sh $(VENV)
 	@touch $(STAMP)
 
 # The example fails some rows on purpose (exit code 1), which is not a failed set-up.
@@ -17,6 +22,10 @@ example: $(STAMP)
 	@$(VENV)/bin/osmo-run local datasets/example.jsonl --spec configs/example.yaml; \
 	  code=$$?; [ $$code -le 1 ] || exit $$code; \
 	  echo "(osmo-run exited $$code: the example fails some rows on purpose)"
+
+# The LLM example against the embedded model (SmolLM2-135M-Instruct on 127.0.0.1, no key).
+llm-example: $(STAMP)
+	$(VENV)/bin/osmo-run local datasets/llm-small.jsonl --spec configs/llm-embedded.yaml
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest

@@ -8,9 +8,10 @@ from osmo_run.sdk.llm import chat_completion
 
 
 class ChatWorkflow(AgentWorkflow):
-    """Sends the row's messages to the model once and records the reply and token usage.
+    """Sends the row's messages to the model once and records the reply and why it ended.
 
-    ``workflow_config.settings`` may set ``temperature`` and ``max_tokens``.
+    ``workflow_config.settings`` may set ``temperature`` and ``max_tokens``. Token usage
+    needs no code: ``chat_completion`` counts it in the output row's ``usage``.
     """
 
     async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
@@ -22,17 +23,8 @@ class ChatWorkflow(AgentWorkflow):
         )
         message = response["choices"][0]["message"]
         reply = {"role": "assistant", "content": message.get("content") or ""}
-        usage = response.get("usage") or {}
-        metrics = {
-            "prompt_tokens": usage.get("prompt_tokens", 0),
-            "completion_tokens": usage.get("completion_tokens", 0),
-            "model_calls": 1,
-            "model_sec": response["_latency_sec"],
-        }
         finish = response["choices"][0].get("finish_reason")
-        return AgentWorkflowOutput(
-            messages=[*ctx.prompt, reply], metrics=metrics, info={"finish_reason": finish}
-        )
+        return AgentWorkflowOutput(messages=[*ctx.prompt, reply], info={"finish_reason": finish})
 
 
 class ContainsLabelGrader(Grader):

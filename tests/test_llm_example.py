@@ -133,13 +133,16 @@ def test_chat_workflow_is_graded_and_counts_tokens(
         0.0,
         1.0,
     )
-    metrics = rows["match"]["sample"]["metrics"]
-    assert (metrics["prompt_tokens"], metrics["completion_tokens"], metrics["model_calls"]) == (
+    usage = rows["match"]["usage"]  # counted by chat_completion, from the endpoint's answer
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["model_calls"]) == (3, 3, 1)
+    assert usage["total_tokens"] == 6 and usage["model_sec"] >= 0
+    assert rows["limited"]["usage"] is None  # a failed call reports no usage
+    summary = json.loads((tmp_path / "out.summary.json").read_text())["usage"]
+    assert (summary["rollouts"], summary["model_calls"], summary["completion_tokens"]) == (
         3,
         3,
-        1,
+        9,
     )
-    assert metrics["model_sec"] >= 0
     assert rows["match"]["info"] == {"finish_reason": "stop"}
     assert rows["match"]["sample"]["messages"][-1] == {
         "role": "assistant",

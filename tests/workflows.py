@@ -11,6 +11,7 @@ import asyncio
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from osmo_run import (
@@ -268,3 +269,60 @@ class BlockingCleanupWorkflow(AgentWorkflow):
             time.sleep(5)
             raise
         return reply(ctx, "slept")
+
+
+def record_call(calls_dir: str, rollout_id: str) -> int:
+    """Append this call's time to ``<calls_dir>/<rollout_id>``; return how many calls that
+    rollout has seen, this one included (the file survives the process: resume tests)."""
+    path = Path(calls_dir) / rollout_id
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(f"{time.time()}\n")
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+class CountingWorkflow(ScriptedWorkflow):
+    """Counts its calls per rollout in ``metadata.calls`` (a directory, see
+    :func:`record_call`), then:
+
+    ``sleep_first`` (await that many seconds on the first call only), ``fail_first`` and
+    ``fail_with`` (raise ``fail_with``, a name in :data:`ERRORS`, on the first
+    ``fail_first`` calls), and then whatever :class:`ScriptedWorkflow` does.
+    """
+
+    async def run(self, ctx: AgentWorkflowContext) -> Any:
+        meta = ctx.metadata
+        call = record_call(meta["calls"], ctx.rollout_id) if "calls" in meta else 1
+        if call == 1 and "sleep_first" in meta:
+            await asyncio.sleep(meta["sleep_first"])
+        if call <= int(meta.get("fail_first", 0)):
+            name = meta.get("fail_with", "RuntimeError")
+            raise ERRORS[name](f"scripted {name} on call {call}")
+        return await super().run(ctx)
+
+
+class SampleGrader(Grader):
+    """Passes (1.0) the samples whose index is below ``metadata.passes``, fails (0.0) the
+    rest: a row with ``passes: c`` and N samples has exactly c passing samples."""
+
+    async def grade(self, ctx: GraderContext) -> float:
+        _, _, index = ctx.rollout_id.rpartition("~")
+        sample = int(index) if index.isdigit() else 0
+        return 1.0 if sample < int(ctx.metadata.get("passes", 0)) else 0.0
+
+
+class MetadataGrader(Grader):
+    """Reward ``metadata[key]``, the key named by ``config.settings.key`` (default
+    ``reward``): two graders over one dataset that disagree on chosen rows."""
+
+    async def grade(self, ctx: GraderContext) -> float:
+        key = str(ctx.config.settings.get("key", "reward"))
+        return float(ctx.metadata[key])
+
+
+class PrintingWorkflow(ScriptedWorkflow):
+    """Prints a line to stdout (as debugging workflows do), then does what
+    :class:`ScriptedWorkflow` does: ``--json`` must keep stdout for its one JSON object."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> Any:
+        print(f"workflow says hello from {ctx.rollout_id}", flush=True)
+        return await super().run(ctx)

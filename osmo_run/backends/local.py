@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.sdk._imports import resolve_class
+from osmo_run.backends.isolation import ProcessPhaseRunner
+from osmo_run.errors import InputError
+from osmo_run.sdk._imports import import_path_of, resolve_class
 from osmo_run.sdk._rollout import (
     GraderSource,
     ResultCallback,
@@ -17,9 +19,10 @@ from osmo_run.sdk._rollout import (
     run_grader_phase,
     run_workflow_phase,
 )
+from osmo_run.sdk._sandbox import grader_input, result_to_json, workflow_input
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
-from osmo_run.sdk.types import ExecutionRequest, RolloutStatus
+from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 
@@ -30,6 +33,10 @@ class LocalBackend(ExecutionBackend):
     (resolved at construction; :class:`~osmo_run.errors.ImportPathError` if they do not
     name the right kind of object). At most ``workflow_config.concurrency.max_concurrent``
     rollouts (default 4) run at once; one slot spans a rollout's workflow and grader.
+
+    ``isolation="process"`` runs each phase in a child process (importing the workflow
+    from ``code_dir``) that is killed when it overruns its deadline, so even code that
+    blocks the event loop forever cannot hold a row past it.
     """
 
     def __init__(
@@ -41,6 +48,8 @@ class LocalBackend(ExecutionBackend):
         *,
         llm: LLMEndpoint | None = None,
         artifacts_root: Path | None = None,
+        isolation: str = "none",
+        code_dir: Path | None = None,
     ) -> None:
         self._workflow: WorkflowSource = resolve_class(workflow, AgentWorkflow, "workflow")
         self._grader: GraderSource | None = (
@@ -52,6 +61,16 @@ class LocalBackend(ExecutionBackend):
         self._artifacts_root = artifacts_root
         self._slots = asyncio.Semaphore(self._workflow_config.concurrency.max_concurrent)
         self._running = 0
+        if isolation not in ("none", "process"):
+            raise InputError(f"isolation: {isolation!r} is not 'none' or 'process'")
+        self._isolated: ProcessPhaseRunner | None = None
+        if isolation == "process":
+            self._workflow_path = import_path_of(workflow, AgentWorkflow, "workflow", False)
+            self._grader_path = (
+                None if grader is None else import_path_of(grader, Grader, "grader", False)
+            )
+            key = llm.api_key if llm else None
+            self._isolated = ProcessPhaseRunner(code_dir or Path.cwd(), key, artifacts_root)
 
     @property
     def max_concurrency(self) -> int:
@@ -72,9 +91,7 @@ class LocalBackend(ExecutionBackend):
             self._running += 1
             try:
                 self._report_progress(request.id, "workflow")
-                result = await run_workflow_phase(
-                    request, self._workflow, self._workflow_config, self._llm, self._artifacts_root
-                )
+                result = await self._workflow_phase(request)
                 result.timings.queued_sec = started - entered
                 skip = grader_skip_reason(request, self._grader is not None)
                 if result.status is not RolloutStatus.SUCCESS or skip is not None:
@@ -87,10 +104,37 @@ class LocalBackend(ExecutionBackend):
                     on_workflow_complete(result)
                 self._report_progress(request.id, "grader")
                 assert self._grader is not None
-                result = await run_grader_phase(
-                    request, result, self._grader, self._grader_config, self._artifacts_root
-                )
+                result = await self._grader_phase(request, result)
                 result.timings.total_sec = time.monotonic() - started
                 (on_grader_complete or on_workflow_complete)(result)
             finally:
                 self._running -= 1
+
+    async def _workflow_phase(self, request: ExecutionRequest) -> ExecutionResult:
+        if self._isolated is None:
+            return await run_workflow_phase(
+                request, self._workflow, self._workflow_config, self._llm, self._artifacts_root
+            )
+        spec = workflow_input(request, self._workflow_path, self._workflow_config, self._llm)
+        return await self._isolated.run("workflow", spec, request.id, request.agent_timeout_sec)
+
+    async def _grader_phase(
+        self, request: ExecutionRequest, workflow_result: ExecutionResult
+    ) -> ExecutionResult:
+        assert self._grader is not None
+        if self._isolated is None:
+            return await run_grader_phase(
+                request, workflow_result, self._grader, self._grader_config, self._artifacts_root
+            )
+        assert self._grader_path is not None
+        spec = grader_input(request, self._grader_path, self._grader_config)
+        spec["workflow_result"] = result_to_json(workflow_result)
+        result = await self._isolated.run("grader", spec, request.id, request.grader_timeout_sec)
+        if result.sample is None:  # a grader failure keeps the workflow's sample
+            result.sample = workflow_result.sample
+        result.timings.workflow_sec = workflow_result.timings.workflow_sec
+        return result
+
+    async def aclose(self) -> None:
+        if self._isolated is not None:
+            self._isolated.close()

@@ -8,8 +8,10 @@ import sys
 
 import typer
 
+from osmo_run.cli.cleanup import cleanup
 from osmo_run.cli.harbor import harbor
 from osmo_run.cli.local import local
+from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.cli.reports import regrade, report
 from osmo_run.cli.validate import validate
 from osmo_run.errors import OsmoRunError
@@ -28,6 +30,7 @@ app.command()(harbor)
 app.command()(report)
 app.command()(regrade)
 app.command()(validate)
+app.command()(cleanup)
 
 
 @app.command()
@@ -46,7 +49,7 @@ def main() -> None:
     """
     code = 0
     try:
-        app()
+        app(args=expand_bare_retry_errors(sys.argv[1:]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):

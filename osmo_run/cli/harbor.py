@@ -225,6 +225,7 @@ def harbor(
             fail_fast,
         ),
         description=f"osmo-run harbor {dataset} · env {settings_harbor.env}",
+        llm=llm,  # for `llm: embedded`, the run sets it to the server it starts
         backend_name="harbor",
         backend_identity={
             "harbor_task_dir": str(settings_harbor.task_dir),
@@ -235,7 +236,7 @@ def harbor(
         info={"prebuild": settings_harbor.prebuild, "keep_trials": settings_harbor.keep_trials},
     )
 
-    def make_backend(paths: RunPaths) -> HarborBackend:
+    def make_backend(paths: RunPaths, run_id: str) -> HarborBackend:
         return HarborBackend(
             task_dir=settings_harbor.task_dir,
             tasks_root=settings_harbor.tasks_root,
@@ -248,7 +249,8 @@ def harbor(
             prebuild_local_image=settings_harbor.prebuild,
             cleanup_successful_trials=not settings_harbor.keep_trials,
             trials_dir=settings_harbor.trials_dir or paths.trials,
-            llm=llm,
+            run_id=run_id,
+            llm=settings.llm,
             llm_api_key_env=run_spec.llm.api_key_env if run_spec.llm else None,
         )
 

@@ -62,6 +62,13 @@ def local(
     retry_errors: RetryErrorsOption = None,
     samples: SamplesOption = None,
     shard: ShardOption = None,
+    isolation: Annotated[
+        str | None,
+        typer.Option(
+            help="none (default) or process: each row in a child process, killed at its "
+            "deadline even when it blocks."
+        ),
+    ] = None,
     fail_under: FailUnderOption = None,
     min_pass_rate: MinPassRateOption = None,
     max_errors: MaxErrorsOption = None,
@@ -96,6 +103,7 @@ def local(
             "code_dir": code_dir,
             "output": output,
             "samples_per_row": samples,
+            "isolation": isolation,
             "shard": shard,
         },
     )
@@ -123,17 +131,20 @@ def local(
             fail_fast,
         ),
         description=f"osmo-run local {dataset}",
+        llm=llm,  # for `llm: embedded`, the run sets it to the server it starts
         info={"code_dir": str((run_spec.code_dir or Path.cwd()).resolve())},
     )
 
-    def make_backend(paths: RunPaths) -> LocalBackend:
+    def make_backend(paths: RunPaths, run_id: str) -> LocalBackend:
         return LocalBackend(
             run_spec.workflow,
             run_spec.agent_workflow_config(),
             run_spec.grader,
             run_spec.grader_config_object(),
-            llm=llm,
+            llm=settings.llm,
             artifacts_root=paths.artifacts,
+            isolation=run_spec.isolation,
+            code_dir=run_spec.code_dir or Path.cwd(),
         )
 
     secrets = (llm.api_key,) if llm is not None and llm.api_key else ()

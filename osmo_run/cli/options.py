@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -58,7 +59,6 @@ RetryErrorsOption = Annotated[
     str | None,
     typer.Option(
         "--retry-errors",
-        flag_value="all",
         help="Rerun the run's failed rows; optionally only these categories, comma-separated "
         "(e.g. --retry-errors timeout,infra_error). Earlier attempts stay on record.",
     ),
@@ -193,6 +193,22 @@ def load_spec_with_flags(
     except ValidationError as exc:
         source = "command line" if spec is None else f"{spec} + command line"
         raise SpecError(format_validation_error(source, exc, RunSpec)) from None
+
+
+def expand_bare_retry_errors(args: list[str]) -> list[str]:
+    """``args`` with ``all`` after a bare ``--retry-errors``: the parser has no options with
+    an optional value, so ``--retry-errors`` followed by nothing, another option or the
+    dataset (anything but a comma-separated list of names) means every category."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        out.append(arg)
+        if arg == "--retry-errors":
+            value = args[i + 1] if i + 1 < len(args) else ""
+            if not re.fullmatch(r"[\w ,]+", value):
+                out.append("all")
+    return out
 
 
 def retry_categories(value: str | None) -> frozenset[str] | None:

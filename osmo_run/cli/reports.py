@@ -35,10 +35,9 @@ def report(
     out = console()
     shards = [run.manifest.defining.get("shard") if run.manifest else None for run in loaded]
     if len(loaded) == 1 or all(shards):
-        if len(loaded) > 1:
-            check_shards(loaded)
+        missing = check_shards(loaded) if len(loaded) > 1 else []
         summary, count, expected = summarize(loaded)
-        out.print(render_report(summary, count, expected))
+        out.print(render_report(summary, count, expected, missing))
         raise typer.Exit(int(exit_code_for(summary)))
     if len(loaded) != 2:
         raise InputError("report takes one run, two runs to compare, or the shards of one run")

@@ -9,6 +9,7 @@ Markdown: the summary, the histogram and the failed rows, for ``GITHUB_STEP_SUMM
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,14 @@ from osmo_run.run.summary import RunSummary
 
 _MAX_MARKDOWN_ROWS = 50
 
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+"""Characters XML 1.0 cannot hold, escaped or not (ANSI colour codes, NUL, lone surrogates)."""
+
+
+def _xml(text: str) -> str:
+    """``text`` with the characters XML forbids written as ``\\xNN`` / ``\\uNNNN``."""
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
+
 
 def _name(record: dict[str, Any]) -> str:
     sample = int(record.get("sample_index", 0))
@@ -30,6 +39,7 @@ def junit_xml(
     records: Iterable[dict[str, Any]], suite: str, threshold: float
 ) -> ET.ElementTree[ET.Element]:
     """The JUnit document for ``records`` in one ``<testsuite>`` named ``suite``."""
+    suite = _xml(suite)
     root = ET.Element("testsuites", name="osmo-run")
     suite_element = ET.SubElement(root, "testsuite", name=suite)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -40,7 +50,7 @@ def junit_xml(
         case = ET.SubElement(
             suite_element,
             "testcase",
-            name=_name(record),
+            name=_xml(_name(record)),
             classname=f"osmo-run.{suite}",
             time=f"{seconds:.3f}",
         )
@@ -49,12 +59,14 @@ def junit_xml(
         if status != "success":
             category = str(record.get("error_category") or status)
             phase = record.get("error_phase") or "-"
-            error = ET.SubElement(case, "error", type=category, message=f"{category} ({phase})")
-            error.text = str(record.get("error_message") or "")
+            error = ET.SubElement(
+                case, "error", type=_xml(category), message=_xml(f"{category} ({phase})")
+            )
+            error.text = _xml(str(record.get("error_message") or ""))
             counts["errors"] += 1
         elif reward is None:
             reason = str(record.get("grader_skipped") or "not graded")
-            ET.SubElement(case, "skipped", message=reason)
+            ET.SubElement(case, "skipped", message=_xml(reason))
             counts["skipped"] += 1
         elif reward < threshold:
             failure = ET.SubElement(

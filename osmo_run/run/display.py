@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from osmo_run.run.stats import MeanEstimate
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.summary import RunSummary, UsageSummary
 from osmo_run.sdk.types import ExecutionResult, RolloutStatus
 
 
@@ -65,8 +65,13 @@ class _Counts:
         self.failed = 0
         self.categories: Counter[str] = Counter()
         self.started_at = time.monotonic()
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
 
     def add(self, result: ExecutionResult) -> None:
+        if result.usage is not None:
+            self.prompt_tokens += result.usage.prompt_tokens
+            self.completion_tokens += result.usage.completion_tokens
         self.done += 1
         if result.status is RolloutStatus.SUCCESS:
             self.ok += 1
@@ -78,10 +83,15 @@ class _Counts:
     def line(self) -> str:
         elapsed = time.monotonic() - self.started_at
         rate = self.done / elapsed if elapsed > 0 else 0.0
-        return (
+        line = (
             f"{self.done}/{self.total} done · {self.ok} ok · {self.failed} failed · "
             f"{rate:,.1f} rows/s · {elapsed:,.0f}s"
         )
+        if self.prompt_tokens or self.completion_tokens:
+            tokens = self.prompt_tokens + self.completion_tokens
+            per_sec = tokens / elapsed if elapsed > 0 else 0.0
+            line += f" · {tokens:,} tokens ({self.completion_tokens:,} out) · {per_sec:,.1f} tok/s"
+        return line
 
 
 class NullDisplay:
@@ -208,17 +218,24 @@ class LiveDisplay:
         recent.add_column("reward", justify="right")
         recent.add_column("category")
         recent.add_column("time", justify="right")
+        with_tokens = bool(counts.prompt_tokens or counts.completion_tokens)
+        if with_tokens:
+            recent.add_column("tokens", justify="right")
         for result in list(self._recent):
             status = result.status.value
             reward = "-" if result.reward is None else f"{result.reward:g}"
             category = result.error_category.value if result.error_category else ""
-            recent.add_row(
+            cells: list[RenderableType] = [
                 result.rollout_id,
                 Text(status, style=_STATUS_STYLE.get(status, "")),
                 reward,
                 category,
                 f"{result.timings.total_sec:.2f}s",
-            )
+            ]
+            if with_tokens:
+                usage = result.usage
+                cells.append("-" if usage is None else f"{usage.total_tokens:,}")
+            recent.add_row(*cells)
         histogram = ", ".join(f"{k} {v}" for k, v in counts.categories.most_common())
         parts: list[RenderableType] = [header, progress]
         if histogram:
@@ -301,9 +318,27 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds * 1000:.1f}ms" if seconds < 1 else f"{seconds:.2f}s"
 
 
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _usage_text(usage: UsageSummary) -> str:
+    rate = usage.completion_tokens_per_sec
+    per_rollout = usage.total_per_rollout
+    return (
+        f"{usage.total_tokens:,} ({usage.prompt_tokens:,} prompt · "
+        f"{usage.completion_tokens:,} completion) in {usage.model_calls:,} model calls · "
+        f"{_duration(usage.model_sec)} of model time"
+        + ("" if rate is None else f" · {rate:,.1f} completion tokens per model second")
+        + f"\nper rollout p50 {_count(per_rollout[0])} · p95 {_count(per_rollout[1])} · "
+        f"max {_count(per_rollout[2])} tokens (over the {usage.rollouts} that called a model)"
+    )
+
+
 def render_summary(summary: RunSummary) -> RenderableType:
     """The end-of-run report: statuses, rewards with their uncertainty, coverage, pass
-    rate and pass@k, durations, the error histogram, and where the output went."""
+    rate and pass@k, durations, model tokens, the error histogram, and where the output
+    went."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -336,6 +371,8 @@ def render_summary(summary: RunSummary) -> RenderableType:
         f"p50 {_duration(summary.duration_p50)} · p95 {_duration(summary.duration_p95)} · "
         f"max {_duration(summary.duration_max)}",
     )
+    if summary.usage is not None:
+        table.add_row("tokens", _usage_text(summary.usage))
     if summary.error_categories:
         largest = max(summary.error_categories.values())
         width = max(len(k) for k in summary.error_categories)

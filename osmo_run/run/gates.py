@@ -7,6 +7,7 @@ decide: ``--fail-under`` (mean reward, failures counted as 0), ``--min-pass-rate
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from osmo_run.errors import InputError
@@ -55,10 +56,26 @@ class GateFailure:
     def line(self) -> str:
         """One line a person reads in a CI log."""
         relation = "below the minimum" if self.kind == "quality" else "above the maximum"
-        return (
-            f"gate failed: {self.gate} measured {self.measured:.4g}, {relation} "
-            f"{self.threshold:.4g}"
-        )
+        measured, threshold = _distinct(self.measured, self.threshold)
+        return f"gate failed: {self.gate} measured {measured}, {relation} {threshold}"
+
+
+def _distinct(measured: float, threshold: float) -> tuple[str, str]:
+    """Both numbers to 4 significant digits, or to more where 4 would show them equal."""
+    for digits in (4, 6, 8, 10, 12, 17):
+        shown = f"{measured:.{digits}g}", f"{threshold:.{digits}g}"
+        if shown[0] != shown[1]:
+            break
+    return shown
+
+
+_TOLERANCE = 1e-9
+"""Relative slack in comparisons: a mean summed in binary floating point (0.7 + 0.1 is
+0.7999999999999999) still meets a threshold it equals in decimal."""
+
+
+def _below(measured: float, minimum: float) -> bool:
+    return measured < minimum and not math.isclose(measured, minimum, rel_tol=_TOLERANCE)
 
 
 def parse_budget(value: str, rate: bool) -> ErrorBudget:
@@ -75,7 +92,12 @@ def parse_budget(value: str, rate: bool) -> ErrorBudget:
         limit = float(number)
     except ValueError:
         raise InputError(f"{flag}: {number!r} is not a number (e.g. {flag} 5)") from None
-    if limit < 0 or (rate and limit > 1) or (not rate and limit != int(limit)):
+    if (
+        not math.isfinite(limit)
+        or limit < 0
+        or (rate and limit > 1)
+        or (not rate and limit != int(limit))
+    ):
         expected = "a fraction from 0 to 1" if rate else "a whole number of rollouts"
         raise InputError(f"{flag}: {value!r} must be {expected}")
     return ErrorBudget(limit=limit, rate=rate, category=category or None)
@@ -97,15 +119,15 @@ def evaluate(summary: RunSummary, gates: Gates) -> list[GateFailure]:
         measured = count / summary.total if budget.rate and summary.total else float(count)
         if budget.rate and not summary.total:
             measured = 0.0
-        if measured > budget.limit:
+        if _below(budget.limit, measured):
             failures.append(GateFailure(budget.describe(), measured, budget.limit, "budget"))
     if gates.fail_under is not None:
         mean = summary.mean_reward_all or 0.0
-        if mean < gates.fail_under:
+        if _below(mean, gates.fail_under):
             gate = "--fail-under (mean reward, failures as 0)"
             failures.append(GateFailure(gate, mean, gates.fail_under, "quality"))
     if gates.min_pass_rate is not None:
         rate = summary.pass_rate or 0.0
-        if rate < gates.min_pass_rate:
+        if _below(rate, gates.min_pass_rate):
             failures.append(GateFailure("--min-pass-rate", rate, gates.min_pass_rate, "quality"))
     return failures

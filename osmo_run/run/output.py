@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
@@ -27,8 +28,8 @@ class OutputWriter:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         except OSError as exc:
             raise OutputError(f"{path}: cannot open the output file: {exc.strerror}") from None
-        # A lone surrogate (a \ud800 escape in the data) is written back as that JSON escape.
-        self._file = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
+        self._fd = fd
+        self._size = os.fstat(fd).st_size  # the end of the last complete line
         self.lines_written = 0
 
     def mask(self, text: str) -> str:
@@ -39,22 +40,26 @@ class OutputWriter:
         return text
 
     def write(self, line: str) -> None:
-        line = self.mask(line)
+        # A lone surrogate (a \ud800 escape in the data) is written back as that JSON escape.
+        data = (self.mask(line) + "\n").encode("utf-8", "backslashreplace")
+        view = memoryview(data)
         try:
-            self._file.write(line + "\n")
-            self._file.flush()
+            while view:
+                view = view[os.write(self._fd, view) :]
         except OSError as exc:
+            with contextlib.suppress(OSError):  # drop the partial line: the file stays valid
+                os.ftruncate(self._fd, self._size)
             hint = "; free some space" if exc.errno == errno.ENOSPC else ""
             raise OutputError(
-                f"{self.path}: writing a result failed: {exc.strerror}{hint}"
+                f"{self.path}: writing a result failed: {exc.strerror}{hint}; every line "
+                "written before is complete (--resume continues from there)"
             ) from None
+        self._size += len(data)
         self.lines_written += 1
 
     def close(self) -> None:
-        try:
-            self._file.close()
-        except OSError:
-            pass  # the last flush already reported any error
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
 
     def __enter__(self) -> OutputWriter:
         return self

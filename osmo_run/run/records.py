@@ -30,6 +30,16 @@ class SampleRecord(BaseModel):
     metrics: dict[str, float]
 
 
+class UsageRecord(BaseModel):
+    """What the rollout's workflow spent on its model, from the endpoint's responses."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    model_calls: int
+    model_sec: float
+
+
 class AttemptRecord(BaseModel):
     """An earlier try of the same rollout that failed and was retried."""
 
@@ -63,6 +73,8 @@ class OutputRecord(BaseModel):
     sample: SampleRecord | None
     info: dict[str, Any]
     backend: dict[str, Any]
+    usage: UsageRecord | None = None
+    """``None`` when the workflow made no model call that reported usage."""
 
 
 def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:
@@ -115,6 +127,7 @@ def record_dict(
         else {"messages": sample.messages, "metrics": sample.metrics},
         "info": result.info,
         "backend": result.extra,
+        "usage": None if result.usage is None else result.usage.to_dict(),
     }
 
 

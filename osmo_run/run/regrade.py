@@ -8,6 +8,7 @@ produced the samples. Rows whose workflow failed are carried over unchanged.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -54,7 +55,9 @@ def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
 
 def _regraded_paths(run: LoadedRun, grader: str, settings: dict[str, Any]) -> RunPaths:
     digest = hashlib.sha256(json.dumps([grader, settings], sort_keys=True).encode()).hexdigest()
-    directory = run.paths.directory
+    directory = run.paths.directory.resolve()
+    if run.paths.results.name != "results.jsonl":  # --output x.jsonl: x-regrade-… beside it
+        return RunPaths(directory / f"{run.paths.results.stem}-regrade-{digest[:8]}/results.jsonl")
     return RunPaths(directory.with_name(f"{directory.name}-regrade-{digest[:8]}") / "results.jsonl")
 
 
@@ -103,8 +106,10 @@ def regrade(
         workflow_ok = record.get("status") == "success" or record.get("error_phase") == "grader"
         if request is None or sample is None or not workflow_ok:
             return record
+        rollout_id = str(record.get("rollout_id", record["row_id"]))
+        request = dataclasses.replace(request, id=rollout_id)  # row~k: the grader's own id
         result = ExecutionResult(
-            rollout_id=str(record.get("rollout_id", record["row_id"])),
+            rollout_id=rollout_id,
             status=RolloutStatus.SUCCESS,
             sample=RolloutSample(list(sample["messages"]), dict(sample["metrics"])),
             info=dict(record.get("info") or {}),
@@ -116,7 +121,9 @@ def regrade(
             result.grader_skipped = skip
         else:
             async with slots:
-                result = await run_grader_phase(request, result, grader, config, paths.artifacts)
+                # the workflow's artifacts, where the grader found them during the run
+                artifacts = run.paths.artifacts
+                result = await run_grader_phase(request, result, grader, config, artifacts)
         result.timings.workflow_sec = timings.get("workflow_sec")
         result.timings.queued_sec = float(timings.get("queued_sec") or 0.0)
         result.timings.total_sec = float(timings.get("workflow_sec") or 0.0) + (

@@ -63,8 +63,9 @@ def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
     return summary, count, expected
 
 
-def check_shards(runs: list[LoadedRun]) -> None:
-    """Raise :class:`InputError` unless ``runs`` are distinct shards of one run."""
+def check_shards(runs: list[LoadedRun]) -> list[str]:
+    """Raise :class:`InputError` unless ``runs`` are distinct shards of one run; return the
+    shards of that run not among them (``K/N``)."""
     manifests = [run.manifest for run in runs]
     if any(m is None for m in manifests):
         raise InputError("merging runs needs their manifests; one of them has none")
@@ -72,6 +73,7 @@ def check_shards(runs: list[LoadedRun]) -> None:
     shards = [d.pop("shard", None) for d in defining]
     for d in defining:
         d.pop("rows", None)
+        d.pop("regrade_of", None)  # each shard's own run id: regraded shards are one run too
     if any(s is None for s in shards):
         raise InputError("these runs are not shards (--shard K/N) of one run")
     if any(d != defining[0] for d in defining[1:]):
@@ -79,12 +81,23 @@ def check_shards(runs: list[LoadedRun]) -> None:
     parsed = [parse_shard(str(s)) for s in shards]
     if len({n for _, n in parsed}) != 1 or len({k for k, _ in parsed}) != len(parsed):
         raise InputError(f"shards {', '.join(map(str, shards))} are not distinct shards of one N")
+    n = parsed[0][1]
+    return [f"{k}/{n}" for k in range(1, n + 1) if (k, n) not in parsed]
 
 
-def render_report(summary: RunSummary, count: int, expected: int | None) -> RenderableType:
+def render_report(
+    summary: RunSummary, count: int, expected: int | None, missing_shards: list[str] | None = None
+) -> RenderableType:
     from osmo_run.run.display import render_summary
 
     parts: list[RenderableType] = [render_summary(summary)]
+    if missing_shards:
+        parts.append(
+            Text(
+                f"missing shards: {', '.join(missing_shards)}; this summary leaves their rows out",
+                style="yellow",
+            )
+        )
     if expected is not None and count < expected:
         parts.append(
             Text(

@@ -7,6 +7,7 @@ difference between them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import os
@@ -35,6 +36,7 @@ from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.spec import RunSpec
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk._rollout import run_to_completion
+from osmo_run.sdk.context import LLMEndpoint
 
 
 class ExitCode(enum.IntEnum):
@@ -84,6 +86,9 @@ class RunSettings:
     """Run a fixed random subset of this many rows, with short timeouts and fail-fast."""
     seed: int = 0
     fail_fast: bool = False
+    llm: LLMEndpoint | None = None
+    """The endpoint rollouts reach: the spec's, or for ``llm: embedded`` the model server
+    :func:`execute_run` starts (set before it calls ``make_backend``)."""
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -126,7 +131,7 @@ def build_manifest(settings: RunSettings, dataset: Dataset, rows: int) -> Manife
     }
     info: dict[str, Any] = {
         "osmo_run_version": __version__,
-        "dataset_path": str(settings.dataset),
+        "dataset_path": str(settings.dataset.resolve()),  # regrade finds it from anywhere
         "concurrency": workflow_config.concurrency.max_concurrent,
         "llm_base_url": None if spec.llm is None else spec.llm.base_url,
         "pass_threshold": spec.pass_threshold,
@@ -191,7 +196,7 @@ def _nothing_to_continue(paths: RunPaths, manifest: Manifest, settings: RunSetti
             previous = read_manifest(candidate)
         except InputError:
             continue
-        if previous is not None:
+        if previous is not None and "regrade_of" not in previous.defining:  # not resumable
             changes = manifest.differences(previous)
             return (
                 f"{message}; the latest run of this dataset, {candidate.parent}, differs in "
@@ -271,15 +276,52 @@ def prepare_run_dir(
 
 def execute_run(
     settings: RunSettings,
-    make_backend: Callable[[RunPaths], ExecutionBackend],
+    make_backend: Callable[[RunPaths, str], ExecutionBackend],
     console: Console,
     secrets: tuple[str, ...] = (),
 ) -> ExitCode:
     """Validate the dataset, prepare the run directory, run what is left to run, write the
     summary and print it; return the exit code.
 
-    Raises :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
+    With ``llm: embedded`` the model server starts once the run directory is ready and
+    stops when this returns or raises (Ctrl-C included). Raises
+    :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
+    with contextlib.ExitStack() as started:  # what the run starts, stopped when it ends
+        return _execute_run(settings, make_backend, console, secrets, started)
+
+
+def _start_embedded_llm(
+    settings: RunSettings, paths: RunPaths, manifest: Manifest, started: contextlib.ExitStack
+) -> None:
+    """For ``llm: embedded``: start the model server, stopped with ``started``, and make its
+    endpoint the run's (``settings.llm``, recorded in the manifest's info)."""
+    spec = settings.spec
+    if spec.llm is None or not spec.llm.embedded:
+        return
+    from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer
+
+    parallel = min(spec.agent_workflow_config().concurrency.max_concurrent, 8)
+    server = EmbeddedLLMServer(parallel=parallel, log_path=paths.results.with_suffix(".llm.log"))
+    started.callback(server.stop)
+    settings.llm = server.start()
+    startup_sec = server.startup_sec or 0.0
+    manifest.info["llm_base_url"] = settings.llm.base_url
+    manifest.info["llm_server"] = {
+        "embedded": MODEL_NAME,
+        "pid": server.pid,
+        "startup_sec": round(startup_sec, 3),
+    }
+    settings.description += f" · {MODEL_NAME} (embedded, ready in {startup_sec:.1f}s)"
+
+
+def _execute_run(
+    settings: RunSettings,
+    make_backend: Callable[[RunPaths, str], ExecutionBackend],
+    console: Console,
+    secrets: tuple[str, ...],
+    started: contextlib.ExitStack,
+) -> ExitCode:
     spec = settings.spec
     samples = spec.samples_per_row
     if settings.smoke_rows is not None:
@@ -293,14 +335,16 @@ def execute_run(
     )
     rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
     if settings.smoke_rows is not None:
-        chosen = random.Random(settings.seed).sample(range(rows), min(settings.smoke_rows, rows))
+        indexes = [row.index for row in dataset.rows()]  # within --limit and --shard
+        chosen = random.Random(settings.seed).sample(indexes, min(settings.smoke_rows, rows))
         dataset.select = frozenset(chosen)
         rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
         settings.backend_identity["smoke"] = {"rows": settings.smoke_rows, "seed": settings.seed}
     manifest = build_manifest(settings, dataset, rows)
     paths = RunPaths(settings.output or Path("runs") / manifest.run_id / "results.jsonl")
     prepared = prepare_run_dir(paths, manifest, settings, samples)
-    backend = make_backend(paths)
+    _start_embedded_llm(settings, paths, manifest, started)
+    backend = make_backend(paths, manifest.run_id)
     if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)
         console = Console(file=console.file, highlight=False, color_system=None)
     display = make_display(settings.display, console)
@@ -362,8 +406,11 @@ def execute_run(
                 await backend.aclose()
 
     previous = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    # --json: stdout holds the verdict alone; what workflows print goes to stderr instead
+    printed = contextlib.redirect_stdout(sys.stderr) if settings.json_summary else None
     try:
-        summary = run_to_completion(main())
+        with printed or contextlib.nullcontext():
+            summary = run_to_completion(main())
     finally:  # after leftover tasks had their grace, which a second Ctrl-C may cut short
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -373,7 +420,7 @@ def execute_run(
     write_summary(paths, summary)
     console.print(render_summary(summary))
     for failure in failures if settings.gates.given else []:
-        console.print(failure.line(), style="red", markup=False)
+        console.print(failure.line(), style="red", markup=False, soft_wrap=True)
     _write_ci_reports(settings, paths, summary, failures)
     if settings.json_summary:
         verdict = {

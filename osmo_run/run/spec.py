@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from osmo_run.errors import SpecError
+from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
@@ -28,10 +29,19 @@ class _Strict(BaseModel):
 
 
 class LLMSpec(_Strict):
-    """An OpenAI-compatible chat endpoint the workflow reaches through its rollout context."""
+    """An OpenAI-compatible chat endpoint the workflow reaches through its rollout context:
+    ``base_url`` and ``model``, or ``embedded`` (``llm: embedded`` for short) for the small
+    model osmo-run starts on 127.0.0.1 for the run (see :mod:`osmo_run.llm.embedded`)."""
 
-    base_url: str = Field(description="Endpoint root, e.g. http://127.0.0.1:8000/v1")
-    model: str = Field(description="Model name sent with each request")
+    embedded: bool = Field(
+        default=False,
+        description=f"Start the bundled {EMBEDDED_MODEL} on 127.0.0.1 for the run, stopped "
+        "when it ends (pip install 'osmo-run[embedded]'); no base_url then",
+    )
+    base_url: str | None = Field(
+        default=None, description="Endpoint root, e.g. http://127.0.0.1:8000/v1"
+    )
+    model: str | None = Field(default=None, description="Model name sent with each request")
     api_key_env: str | None = Field(
         default=None,
         description="Name of the environment variable holding the API key (never the key)",
@@ -39,16 +49,31 @@ class LLMSpec(_Strict):
 
     @field_validator("base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return value
 
-    def endpoint(self) -> LLMEndpoint:
-        """The endpoint with its key read from the environment.
+    @model_validator(mode="after")
+    def _endpoint_or_embedded(self) -> LLMSpec:
+        if self.embedded:
+            if self.base_url is not None or self.api_key_env is not None:
+                raise ValueError("embedded starts its own server: remove base_url and api_key_env")
+            if self.model not in (None, EMBEDDED_MODEL):
+                raise ValueError(f"embedded serves {EMBEDDED_MODEL} only: remove model")
+            self.model = EMBEDDED_MODEL
+        elif self.base_url is None or self.model is None:
+            raise ValueError("needs base_url and model (or `llm: embedded` for the bundled model)")
+        return self
+
+    def endpoint(self) -> LLMEndpoint | None:
+        """The endpoint with its key read from the environment; ``None`` for ``embedded``,
+        whose endpoint exists once the run has started its server.
 
         Raises :class:`SpecError` when ``api_key_env`` names an unset variable.
         """
+        if self.embedded or self.base_url is None or self.model is None:
+            return None
         key = None
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
@@ -127,6 +152,12 @@ class HarborSpec(_Strict):
     trials_dir: Path | None = Field(default=None, description="Where trial directories go")
 
 
+def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
+    """Let editors accept ``llm: embedded`` besides the mapping."""
+    shorthand = {"const": "embedded", "description": f"The bundled {EMBEDDED_MODEL} (see embedded)"}
+    schema.setdefault("anyOf", []).insert(0, shorthand)
+
+
 class RunSpec(_Strict):
     """A run: workflow and grader, their configs, limits, model endpoint and output."""
 
@@ -144,7 +175,7 @@ class RunSpec(_Strict):
         default=None, ge=1, description="Rows in flight; default workflow_config's (4)"
     )
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
-    llm: LLMSpec | None = None
+    llm: LLMSpec | None = Field(default=None, json_schema_extra=_embedded_shorthand_schema)
     output: Path | None = Field(default=None, description="Output JSONL path")
     bad_rows: Literal["stop", "record"] = Field(
         default="stop",
@@ -159,7 +190,20 @@ class RunSpec(_Strict):
         default=1.0, description="A rollout passes when its reward is at least this"
     )
     retries: RetrySpec = Field(default_factory=RetrySpec)
+    isolation: Literal["none", "process"] = Field(
+        default="none",
+        description="local: process runs each row in a child process killed at its deadline",
+    )
     harbor: HarborSpec = Field(default_factory=HarborSpec)
+
+    @field_validator("llm", mode="before")
+    @classmethod
+    def _embedded_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value != "embedded":
+                raise ValueError("is a mapping with base_url and model, or the word embedded")
+            return {"embedded": True}
+        return value
 
     @field_validator("shard")
     @classmethod

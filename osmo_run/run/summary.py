@@ -15,7 +15,55 @@ from typing import Any
 
 from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
 from osmo_run.run.stats import percentile as percentile
-from osmo_run.sdk.types import ExecutionResult
+from osmo_run.sdk.types import ExecutionResult, LLMUsage
+
+
+@dataclass
+class UsageSummary:
+    """Model usage over the rollouts that called a model: totals, and percentiles of what
+    one rollout spent (each a ``(p50, p95, max)``)."""
+
+    rollouts: int
+    model_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    model_sec: float
+    prompt_per_rollout: tuple[float | None, float | None, float | None]
+    completion_per_rollout: tuple[float | None, float | None, float | None]
+    total_per_rollout: tuple[float | None, float | None, float | None]
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def completion_tokens_per_sec(self) -> float | None:
+        """Completion tokens per second of waiting for the model, summed over rollouts."""
+        return self.completion_tokens / self.model_sec if self.model_sec > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        def spread(values: tuple[float | None, float | None, float | None]) -> dict[str, Any]:
+            return dict(zip(("p50", "p95", "max"), values, strict=True))
+
+        return {
+            "rollouts": self.rollouts,
+            "model_calls": self.model_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "model_sec": round(self.model_sec, 6),
+            "completion_tokens_per_model_sec": self.completion_tokens_per_sec,
+            "per_rollout": {
+                "prompt_tokens": spread(self.prompt_per_rollout),
+                "completion_tokens": spread(self.completion_per_rollout),
+                "total_tokens": spread(self.total_per_rollout),
+            },
+        }
+
+
+def _spread(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    values.sort()
+    return percentile(values, 0.5), percentile(values, 0.95), values[-1] if values else None
 
 
 @dataclass
@@ -43,6 +91,8 @@ class RunSummary:
     samples_per_row: int = 1
     stopped_early: bool = False
     """Fail-fast stopped dispatching after a failed rollout."""
+    usage: UsageSummary | None = None
+    """Model tokens and calls; ``None`` when no rollout reported any."""
 
     @property
     def mean_reward_graded(self) -> float | None:
@@ -102,12 +152,14 @@ class RunSummary:
             "output": self.output,
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
+            "usage": None if self.usage is None else self.usage.to_dict(),
         }
 
 
 class SummaryBuilder:
-    """Accumulates finished rollouts. Memory: one float per rollout (its duration), plus a
-    pass count per row when ``samples_per_row > 1`` (for pass@k)."""
+    """Accumulates finished rollouts. Memory: one float per rollout (its duration), two per
+    rollout that called a model (its prompt and completion tokens), plus a pass count per
+    row when ``samples_per_row > 1`` (for pass@k)."""
 
     def __init__(self, pass_threshold: float = 1.0, samples_per_row: int = 1) -> None:
         self.pass_threshold = pass_threshold
@@ -123,6 +175,10 @@ class SummaryBuilder:
         self._reward_max: float | None = None
         self._passed = 0
         self._per_row: dict[int, list[int]] = {}
+        self._prompt_tokens: array[float] = array("d")
+        self._completion_tokens: array[float] = array("d")
+        self._model_calls = 0
+        self._model_sec = 0.0
 
     @property
     def finished(self) -> int:
@@ -140,8 +196,14 @@ class SummaryBuilder:
         skipped: str | None,
         seconds: float,
         row_index: int = 0,
+        usage: LLMUsage | None = None,
     ) -> None:
         """Count one rollout. A reward counts only on a successful rollout."""
+        if usage is not None and usage.model_calls:
+            self._prompt_tokens.append(usage.prompt_tokens)
+            self._completion_tokens.append(usage.completion_tokens)
+            self._model_calls += usage.model_calls
+            self._model_sec += usage.model_sec
         self._status[status] += 1
         if category is not None:
             self._categories[category] += 1
@@ -172,6 +234,7 @@ class SummaryBuilder:
             result.grader_skipped,
             result.timings.total_sec,
             row_index,
+            result.usage,
         )
 
     def add_record(self, record: dict[str, Any]) -> None:
@@ -183,6 +246,23 @@ class SummaryBuilder:
             record.get("grader_skipped"),
             float((record.get("timings") or {}).get("total_sec") or 0.0),
             int(record.get("row_index") or 0),
+            LLMUsage.from_dict(record.get("usage")),
+        )
+
+    def _usage(self) -> UsageSummary | None:
+        if not self._prompt_tokens:
+            return None
+        prompt, completion = list(self._prompt_tokens), list(self._completion_tokens)
+        totals = [p + c for p, c in zip(prompt, completion, strict=True)]
+        return UsageSummary(
+            rollouts=len(prompt),
+            model_calls=self._model_calls,
+            prompt_tokens=int(sum(prompt)),
+            completion_tokens=int(sum(completion)),
+            model_sec=self._model_sec,
+            prompt_per_rollout=_spread(prompt),
+            completion_per_rollout=_spread(completion),
+            total_per_rollout=_spread(totals),
         )
 
     def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
@@ -213,4 +293,5 @@ class SummaryBuilder:
             passed=self._passed,
             pass_at_k=pass_k,
             samples_per_row=self.samples_per_row,
+            usage=self._usage(),
         )

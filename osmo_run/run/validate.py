@@ -13,9 +13,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+from pydantic import ValidationError
+
 from osmo_run.errors import OsmoRunError
 from osmo_run.run.dataset import Dataset
-from osmo_run.run.spec import RunSpec, load_spec
+from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec
 from osmo_run.sdk._imports import DependencyImportError, ensure_on_path, resolve_class
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
@@ -54,17 +57,56 @@ def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
     if spec.llm is not None:
         try:
             spec.llm.endpoint()
+            if spec.llm.embedded:
+                from osmo_run.llm.embedded import check_available
+
+                check_available()
         except OsmoRunError as exc:
             result.problems.append(str(exc))
 
 
+def _without_bad_fields(spec_path: Path) -> RunSpec | None:
+    """The spec with its invalid top-level fields left out (their problems are already
+    listed), so the checks that do not depend on them still run; ``None`` if that fails."""
+    try:
+        data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    try:
+        RunSpec.model_validate(data)
+    except ValidationError as exc:
+        bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
+        data = {key: value for key, value in data.items() if key not in bad}
+    try:
+        return _anchor_paths(RunSpec.model_validate(data), spec_path.parent)
+    except ValidationError:
+        return None
+
+
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
     dataset = Dataset(dataset_path, limit=spec.limit if spec else None)
+    count = 0
+    problems: list[str] = []
+    seen: dict[str, int] = {}  # every id, duplicates included: a run stops at the first
     try:
-        count, problems = dataset.validate(stop_on_error=False)
+        for row in dataset.rows():
+            count += 1
+            if row.error is not None:
+                problems.append(row.error)
+            elif row.row_id in seen:
+                problems.append(
+                    f"{dataset_path}:{row.line}: duplicate id {row.row_id!r} (first at line "
+                    f"{seen[row.row_id]}); ids must be unique"
+                )
+            else:
+                seen[row.row_id] = row.line
     except OsmoRunError as exc:
         result.problems.append(str(exc))
         return
+    if count == 0:
+        problems.append(f"{dataset_path}: the dataset has no rows")
     result.problems += problems[:MAX_ROW_PROBLEMS]
     if len(problems) > MAX_ROW_PROBLEMS:
         result.problems.append(
@@ -110,7 +152,7 @@ def _check_task(task_dir: Path, env: str, result: Validation) -> None:
         result.problems.append(str(exc))
         return
     problems = check_task_dir(task_dir)
-    result.problems += problems
+    result.problems += [f"task {task_dir}: {problem}" for problem in problems]
     if not problems:
         result.checked.append(f"task {task_dir}")
     _check_environment(env, result)
@@ -131,6 +173,7 @@ def validate(
             result.checked.append(f"spec {spec_path}")
         except OsmoRunError as exc:
             result.problems += str(exc).splitlines()
+            spec = _without_bad_fields(spec_path)
     if spec is not None:
         _check_imports(spec, result, harbor=harbor or task_dir is not None)
     if dataset_path is not None:
@@ -138,4 +181,8 @@ def validate(
     task = task_dir or (spec.harbor.task_dir if spec is not None and harbor else None)
     if task is not None:
         _check_task(task, spec.harbor.env if spec is not None else "docker", result)
+    elif harbor and spec is not None and spec.harbor.tasks_root is None:
+        result.problems.append(
+            "harbor: no task directory; give --task-dir DIR (or harbor.task_dir in the spec)"
+        )
     return result

@@ -9,6 +9,9 @@ from typing import Any
 
 from osmo_run.errors import ImportPathError
 
+_EXTRAS = {"agents": "openai-agents", "strands": "strands", "xllamacpp": "embedded"}
+"""Modules an osmo-run extra installs: a workflow missing one is told which extra."""
+
 
 class DependencyImportError(ImportPathError):
     """The module exists but one of its own imports failed (a dependency is missing)."""
@@ -35,8 +38,10 @@ def load_object(path: str, field: str) -> object:
                 f"check the spelling and that its directory is the code dir (sys.path[0]: "
                 f"{sys.path[0]})"
             ) from None
+        extra = _EXTRAS.get((exc.name or "").partition(".")[0])
+        hint = f"pip install 'osmo-run[{extra}]'" if extra else "install what it needs"
         raise DependencyImportError(
-            f"{field}: importing {module_name!r} failed: {exc}; install what it needs"
+            f"{field}: importing {module_name!r} failed: {exc}; {hint}"
         ) from None
     except Exception as exc:
         raise ImportPathError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import dataclasses
 import math
 import time
 import traceback
@@ -233,7 +234,8 @@ async def run_workflow_phase(
     cancellation of the caller.
 
     Returns a SUCCESS result with the sample, or a FAILURE with category, message and
-    phase. ``timings.workflow_sec`` is set either way.
+    phase. ``timings.workflow_sec`` and ``usage`` (the model calls the workflow made) are
+    set either way.
     """
     started = time.monotonic()
     rollout = RolloutContext(rollout_id=request.id, llm=llm)
@@ -266,6 +268,8 @@ async def run_workflow_phase(
             request, Phase.WORKFLOW, categorize_exception(exc), describe_exception(exc)
         )
     result.timings.workflow_sec = time.monotonic() - started
+    if rollout.usage.model_calls:  # a copy: an abandoned workflow may still be counting
+        result.usage = dataclasses.replace(rollout.usage)
     return result
 
 

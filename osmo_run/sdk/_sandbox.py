@@ -33,6 +33,7 @@ from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
+    LLMUsage,
     Phase,
     RolloutSample,
     RolloutStatus,
@@ -58,6 +59,7 @@ def result_to_json(result: ExecutionResult) -> dict[str, Any]:
         "info": result.info,
         "workflow_sec": result.timings.workflow_sec,
         "grader_sec": result.timings.grader_sec,
+        "usage": None if result.usage is None else result.usage.to_dict(),
     }
 
 
@@ -82,10 +84,53 @@ def result_from_json(data: dict[str, Any]) -> ExecutionResult:
         error_message=data.get("error_message"),
         error_phase=Phase(data["error_phase"]) if data.get("error_phase") else None,
         info=dict(data.get("info") or {}),
+        usage=LLMUsage.from_dict(data.get("usage")),
     )
     result.timings.workflow_sec = data.get("workflow_sec")
     result.timings.grader_sec = data.get("grader_sec")
     return result
+
+
+def workflow_input(
+    request: ExecutionRequest,
+    workflow: str,
+    config: AgentWorkflowConfig,
+    llm: LLMEndpoint | None,
+    base_url: str | None = None,
+) -> dict[str, Any]:
+    """The runner's input for a workflow phase. No label (the workflow must not see it) and
+    no API key (it travels in the environment); ``base_url`` overrides ``llm.base_url``
+    where the runner reaches the endpoint by another address."""
+    return {
+        "request": {
+            "id": request.id,
+            "prompt": request.prompt,
+            "metadata": request.metadata,
+            "agent_timeout_sec": request.agent_timeout_sec,
+        },
+        "workflow": workflow,
+        "workflow_config": {
+            "concurrency": {"max_concurrent": config.concurrency.max_concurrent},
+            "settings": config.settings,
+        },
+        "llm": None if llm is None else {"base_url": base_url or llm.base_url, "model": llm.model},
+    }
+
+
+def grader_input(request: ExecutionRequest, grader: str, config: GraderConfig) -> dict[str, Any]:
+    """The runner's input for a grader phase, without the workflow's result (added when
+    the workflow has finished, as ``workflow_result``)."""
+    return {
+        "request": {
+            "id": request.id,
+            "prompt": request.prompt,
+            "label": request.label,
+            "metadata": request.metadata,
+            "grader_timeout_sec": request.grader_timeout_sec,
+        },
+        "grader": grader,
+        "grader_config": {"settings": config.settings},
+    }
 
 
 def _request(data: dict[str, Any]) -> ExecutionRequest:

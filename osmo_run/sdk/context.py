@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
-from osmo_run.sdk.types import Message, RolloutSample, validate_reward
+from osmo_run.sdk.types import LLMUsage, Message, RolloutSample, validate_reward
 
 
 @runtime_checkable
@@ -40,11 +40,23 @@ class LLMEndpoint:
 
 @dataclass
 class RolloutContext:
-    """Ambient state of one rollout: its id, the model endpoint, and one sample source."""
+    """Ambient state of one rollout: its id, the model endpoint, one sample source, and what
+    the rollout spent on its model (``usage``)."""
 
     rollout_id: str
     llm: LLMEndpoint | None = None
     _sample_source: SampleSource | None = field(default=None, repr=False)
+    usage: LLMUsage = field(default_factory=LLMUsage)
+
+    def record_llm_call(
+        self, prompt_tokens: int | None, completion_tokens: int | None, seconds: float
+    ) -> None:
+        """Count one model call in this rollout's ``usage`` (the output row's ``usage``).
+
+        ``chat_completion`` and the agent-framework integrations call this for every
+        response; a client of your own can too. Missing token counts count as 0.
+        """
+        self.usage.add(prompt_tokens or 0, completion_tokens or 0, seconds)
 
     @property
     def sample_source(self) -> SampleSource | None:

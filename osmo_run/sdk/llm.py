@@ -3,7 +3,8 @@
 Enough for workflows that run inside sandboxes with nothing installed. Errors carry the
 class names osmo-run categorizes by: :class:`RateLimitError` (HTTP 429) and
 :class:`ModelAPIError` (other HTTP errors, refused connections, bad responses). The API
-key is sent in a header and never appears in an error message.
+key is sent in a header and never appears in an error message. Every answer's token usage
+and latency is counted in the running rollout's ``usage`` (the output row's ``usage``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
+from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.types import Message
 
 
@@ -73,7 +74,8 @@ async def chat_completion(
 ) -> dict[str, Any]:
     """POST ``messages`` to ``endpoint`` (default: the rollout's) and return the response.
 
-    The returned dict is the endpoint's JSON plus ``"_latency_sec"``. Raises
+    The returned dict is the endpoint's JSON plus ``"_latency_sec"``; inside a rollout, the
+    call and its ``usage`` are counted with :func:`record_usage`. Raises
     :class:`RateLimitError`, :class:`ModelAPIError`, or ``ValueError`` when no endpoint is
     configured.
     """
@@ -85,4 +87,25 @@ async def chat_completion(
     started = time.monotonic()
     data = await asyncio.to_thread(_post, llm.chat_completions_url, body, headers, timeout_sec)
     data["_latency_sec"] = time.monotonic() - started
+    record_usage(data.get("usage"), data["_latency_sec"])
     return data
+
+
+def record_usage(usage: object, seconds: float) -> None:
+    """Count one model call with an OpenAI-style ``usage`` (a dict, or an object with
+    ``prompt_tokens``/``completion_tokens`` or ``input_tokens``/``output_tokens``) in the
+    running rollout; does nothing outside a rollout."""
+    rollout = _current.get()
+    if rollout is None:
+        return
+    prompt = _tokens(usage, "prompt_tokens", "input_tokens")
+    completion = _tokens(usage, "completion_tokens", "output_tokens")
+    rollout.record_llm_call(prompt, completion, seconds)
+
+
+def _tokens(usage: object, *names: str) -> int:
+    for name in names:
+        value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value)
+    return 0

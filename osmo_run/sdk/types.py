@@ -101,6 +101,57 @@ class AgentWorkflowOutput:
 
 
 @dataclass
+class LLMUsage:
+    """What one rollout spent on its model: calls, tokens and seconds waiting for answers.
+
+    Filled from the endpoint's responses (``usage.prompt_tokens`` and
+    ``usage.completion_tokens``) by :func:`osmo_run.sdk.llm.chat_completion` and by the
+    agent-framework integrations, through :meth:`RolloutContext.record_llm_call`.
+    """
+
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_sec: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, prompt_tokens: int, completion_tokens: int, seconds: float) -> None:
+        """Count one model call."""
+        self.model_calls += 1
+        self.prompt_tokens += max(int(prompt_tokens), 0)
+        self.completion_tokens += max(int(completion_tokens), 0)
+        self.model_sec += max(float(seconds), 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The output record's ``usage`` object."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "model_calls": self.model_calls,
+            "model_sec": round(self.model_sec, 6),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> LLMUsage | None:
+        """Read back :meth:`to_dict`; ``None`` for ``None`` or anything unreadable."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(
+                model_calls=int(data.get("model_calls") or 0),
+                prompt_tokens=int(data.get("prompt_tokens") or 0),
+                completion_tokens=int(data.get("completion_tokens") or 0),
+                model_sec=float(data.get("model_sec") or 0.0),
+            )
+        except (TypeError, ValueError):
+            return None
+
+
+@dataclass
 class ExecutionRequest:
     """One dataset row, ready to run.
 
@@ -136,7 +187,8 @@ class ExecutionResult:
     grader will run next; otherwise it is terminal. A ``FAILURE`` or ``CANCELLED`` result
     carries ``error_category``, ``error_message`` and ``error_phase``. ``grader_skipped``
     says why a successful rollout was not graded. ``extra`` holds backend diagnostics
-    (trial id, trial directory) that go to the output file.
+    (trial id, trial directory) that go to the output file. ``usage`` is what the workflow
+    spent on its model (``None`` when it made no model call that reported usage).
     """
 
     rollout_id: str
@@ -149,6 +201,7 @@ class ExecutionResult:
     info: dict[str, Any] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)
     extra: dict[str, Any] = field(default_factory=dict)
+    usage: LLMUsage | None = None
 
     @property
     def reward(self) -> float | None:

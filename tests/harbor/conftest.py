@@ -31,7 +31,7 @@ TASKS_ROOT = HERE / "tasks"
 """Extra tasks rows select with ``metadata.harbor_task``: second, no-reward, bad-image."""
 OSMO_RUN = Path(sys.executable).parent / "osmo-run"
 BASE_IMAGE = "osmo-run/bookworm:latest"
-RUN_LABEL = "osmo-run.run-id"
+RUN_LABEL = "osmo-run.invocation"  # one osmo-run process's trials (their names carry it)
 WORKFLOW = "harbor_workflows:ScriptedWorkflow"
 GRADER = "harbor_workflows:ScriptedGrader"
 NO_DOCKER = "no Docker engine: run sudo scripts/provision-docker.sh"

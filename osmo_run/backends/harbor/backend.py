@@ -9,6 +9,7 @@ come back as files in the trial directory and are mapped by :mod:`.results`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import ipaddress
 import json
@@ -50,7 +51,7 @@ from osmo_run.backends.harbor.runtime import stage_runtime, stage_user_code
 from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
 from osmo_run.sdk._imports import import_path_of
 from osmo_run.sdk._rollout import ResultCallback, grader_skip_reason
-from osmo_run.sdk._sandbox import API_KEY_ENV, result_from_json
+from osmo_run.sdk._sandbox import API_KEY_ENV, grader_input, result_from_json, workflow_input
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.types import (
@@ -203,7 +204,8 @@ class HarborBackend(ExecutionBackend):
             else "prebuild applies to the local docker environment only"
         )
         self._cleanup = cleanup_successful_trials
-        self._run_id = run_id or uuid.uuid4().hex[:8]
+        self._run_id = run_id or "adhoc"
+        self._invocation = uuid.uuid4().hex[:8]
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
         self._llm = llm
         self._llm_api_key_env = llm_api_key_env
@@ -247,6 +249,7 @@ class HarborBackend(ExecutionBackend):
             "running": running,
             "max_concurrency": self._max_concurrency,
             "run_id": self._run_id,
+            "invocation": self._invocation,
         }
 
     async def prepare(self) -> None:
@@ -268,17 +271,17 @@ class HarborBackend(ExecutionBackend):
                 if problems:
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             self._trials_dir.mkdir(parents=True, exist_ok=True)
-            self._staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._run_id}-"))
+            self._staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
             stage_runtime(self._staging / "runtime")
             stage_user_code(self._user_code_dir, self._staging / "code")
             (self._staging / "inputs").mkdir()
             if self._is_docker:
                 self._compose_overlay = self._staging / "run-labels.compose.yaml"
                 self._compose_overlay.write_text(
-                    "services:\n  main:\n    labels:\n"
-                    f'      {docker_ops.RUN_LABEL}: "{self._run_id}"\n',
-                    encoding="utf-8",
+                    docker_ops.labels_overlay(self._run_id, self._invocation), encoding="utf-8"
                 )
+                # Reconcile: containers an earlier, killed invocation of this run left.
+                await docker_ops.remove_labelled(f"{docker_ops.RUN_LABEL}={self._run_id}")
             if self._prebuild and self._task_dir is not None:
                 try:
                     await self._image_for(self._task_dir)
@@ -291,7 +294,7 @@ class HarborBackend(ExecutionBackend):
     async def aclose(self) -> None:
         """Remove what the run left: its containers (by label), networks and staging."""
         if self._is_docker and self._prepared:
-            await docker_ops.remove_run_leftovers(self._run_id)
+            await docker_ops.remove_labelled(f"{docker_ops.INVOCATION_LABEL}={self._invocation}")
         if self._relay is not None:
             await self._relay.close()
         if self._staging is not None:
@@ -305,7 +308,7 @@ class HarborBackend(ExecutionBackend):
     ) -> None:
         await self.prepare()
         self._seq += 1
-        trial_name = f"osmo-{self._run_id}-{self._seq:05d}-{_slug(request.id)}"
+        trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{_slug(request.id)}"
         try:
             task_dir = self._task_for(request)
             config, grading = await self._trial_config(request, trial_name, task_dir)
@@ -385,8 +388,11 @@ class HarborBackend(ExecutionBackend):
         assert self._staging is not None
         inputs = self._staging / "inputs" / trial_name
         inputs.mkdir(parents=True, exist_ok=True)
-        workflow_input = inputs / "workflow.json"
-        workflow_input.write_text(json.dumps(self._workflow_input(request)), encoding="utf-8")
+        workflow_input_file = inputs / "workflow.json"
+        spec = workflow_input(
+            request, self._workflow_path, self._workflow_config, self._llm, self._container_llm_url
+        )
+        workflow_input_file.write_text(json.dumps(spec), encoding="utf-8")
 
         environment = self._environment.model_copy(deep=True)
         prebuilt = self._prebuild
@@ -406,7 +412,7 @@ class HarborBackend(ExecutionBackend):
         agent = AgentConfig(
             import_path=AGENT_IMPORT_PATH,
             kwargs={
-                "input_path": str(workflow_input),
+                "input_path": str(workflow_input_file),
                 "runtime_dir": None if prebuilt else str(self._staging / "runtime"),
                 "code_dir": None if prebuilt else str(self._staging / "code"),
                 "agent_timeout_sec": request.agent_timeout_sec,
@@ -431,24 +437,6 @@ class HarborBackend(ExecutionBackend):
         )
         return config, grading
 
-    def _workflow_input(self, request: ExecutionRequest) -> dict[str, Any]:
-        return {
-            "request": {
-                "id": request.id,
-                "prompt": request.prompt,
-                "metadata": request.metadata,
-                "agent_timeout_sec": request.agent_timeout_sec,
-            },
-            "workflow": self._workflow_path,
-            "workflow_config": {
-                "concurrency": {"max_concurrent": self._workflow_config.concurrency.max_concurrent},
-                "settings": self._workflow_config.settings,
-            },
-            "llm": None
-            if self._llm is None
-            else {"base_url": self._container_llm_url, "model": self._llm.model},
-        }
-
     def _verifier_config(
         self, request: ExecutionRequest, task_dir: Path, inputs: Path
     ) -> tuple[VerifierConfig, str]:
@@ -459,28 +447,16 @@ class HarborBackend(ExecutionBackend):
         skip = grader_skip_reason(request, has_grader=True)
         if skip is not None:
             return VerifierConfig(disable=True), skip
-        grader_input = inputs / "grader.json"
-        grader_input.write_text(
-            json.dumps(
-                {
-                    "request": {
-                        "id": request.id,
-                        "prompt": request.prompt,
-                        "label": request.label,
-                        "metadata": request.metadata,
-                        "grader_timeout_sec": request.grader_timeout_sec,
-                    },
-                    "grader": self._grader_path,
-                    "grader_config": {"settings": self._grader_config.settings},
-                }
-            ),
+        grader_file = inputs / "grader.json"
+        grader_file.write_text(
+            json.dumps(grader_input(request, self._grader_path, self._grader_config)),
             encoding="utf-8",
         )
         timeout = request.grader_timeout_sec
         return (
             VerifierConfig(
                 import_path=VERIFIER_IMPORT_PATH,
-                kwargs={"input_path": str(grader_input), "grader_timeout_sec": timeout},
+                kwargs={"input_path": str(grader_file), "grader_timeout_sec": timeout},
                 override_timeout_sec=None if timeout is None else timeout + 2 * RUNNER_MARGIN_SEC,
             ),
             "osmo",
@@ -538,6 +514,8 @@ class HarborBackend(ExecutionBackend):
             shutil.rmtree(trial_dir, ignore_errors=True)
         else:
             result.extra["trial_dir"] = str(trial_dir)
+            with contextlib.suppress(OSError):
+                trial_dir.chmod(0o700)  # it holds the conversation: its owner's eyes only
         self._deliver(pending, result)
 
     def _deliver(self, pending: _Pending, result: ExecutionResult) -> None:

@@ -18,7 +18,16 @@ from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTI
 from osmo_run.errors import EnvironmentNotReady, TaskDirError
 
 RUN_LABEL = "osmo-run.run-id"
-"""Docker label on every container of a run, so leftovers can be found and removed."""
+"""Docker label on every container and network of a run (its manifest's run id), so
+``osmo-run cleanup`` finds what a killed run left."""
+INVOCATION_LABEL = "osmo-run.invocation"
+"""Docker label naming one ``osmo-run`` process's trials, swept when that process ends."""
+
+
+def labels_overlay(run_id: str, invocation: str) -> str:
+    """A compose file adding both labels to the trial's main service and its network."""
+    labels = f'      {RUN_LABEL}: "{run_id}"\n      {INVOCATION_LABEL}: "{invocation}"\n'
+    return f"services:\n  main:\n    labels:\n{labels}networks:\n  default:\n    labels:\n{labels}"
 
 
 class DockerCommandError(Exception):
@@ -148,16 +157,16 @@ async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> s
     return tag
 
 
-async def remove_run_leftovers(run_id: str) -> int:
-    """Remove every container labelled with ``run_id`` and the compose networks of its
-    trials; return how many containers were removed. Never raises."""
+async def remove_labelled(label: str) -> tuple[int, int]:
+    """Remove every container, then every network, carrying ``label`` (``key`` or
+    ``key=value``); return how many of each. Never raises."""
     try:
-        ids = (await docker("ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}")).split()
+        ids = (await docker("ps", "-aq", "--filter", f"label={label}")).split()
         if ids:
             await docker("rm", "-f", *ids, check=False)
-        networks = (await docker("network", "ls", "-q", "--filter", f"name=osmo-{run_id}")).split()
+        networks = (await docker("network", "ls", "-q", "--filter", f"label={label}")).split()
         if networks:
             await docker("network", "rm", *networks, check=False)
-        return len(ids)
+        return len(ids), len(networks)
     except Exception:
-        return 0
+        return 0, 0

@@ -1,0 +1,146 @@
+"""Strands Agents in a rollout (``pip install 'osmo-run[strands]'``).
+
+Inside ``AgentWorkflow.run``::
+
+    from osmo_run.integrations.strands import RolloutAgent
+
+    agent = RolloutAgent(ctx.prompt, tools=[...])  # a strands Agent
+    await agent.invoke_async()
+    return None  # the agent is the rollout's sample
+
+- :func:`rollout_model` is Strands' ``OpenAIModel`` bound to the rollout's endpoint
+  (``ctx.llm``): every call's usage and latency is counted in the rollout (the output row's
+  ``usage``), and no assistant tool-call message is sent without content.
+- :class:`RolloutAgent` is a ``strands.Agent`` that uses :func:`rollout_model` unless given
+  a model, takes the row's chat prompt (system messages become its system prompt), prints
+  nothing unless given a ``callback_handler``, and registers itself as the rollout's
+  :class:`~osmo_run.sdk.context.SampleSource`: its conversation (messages, tool calls, tool
+  results) becomes the sample, as chat messages, with the model usage and tool-call counts
+  in its metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from osmo_run.integrations._common import (
+    conversation_metrics,
+    missing_extra,
+    normalize_messages,
+    openai_client,
+    rollout_endpoint,
+)
+from osmo_run.sdk.context import LLMEndpoint, RolloutContext, get_rollout_context
+from osmo_run.sdk.llm import record_usage
+from osmo_run.sdk.types import Message, RolloutSample
+
+try:
+    from strands import Agent
+    from strands.models.openai import OpenAIModel
+    from strands.types.content import Messages
+    from strands.types.streaming import StreamEvent
+except ImportError as exc:
+    raise missing_extra("strands", "strands", exc) from exc
+
+__all__ = ["RolloutAgent", "RolloutOpenAIModel", "chat_messages", "rollout_model", "strands_prompt"]
+
+
+class RolloutOpenAIModel(OpenAIModel):
+    """Strands' ``OpenAIModel`` that counts each call's usage and latency in the running
+    rollout."""
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncGenerator[StreamEvent, None]:
+        started = time.monotonic()
+        usage: dict[str, Any] | None = None
+        finished = False
+        try:
+            async for event in super().stream(*args, **kwargs):
+                metadata = event.get("metadata")
+                if metadata is not None:
+                    usage = dict(metadata.get("usage") or {})
+                yield event
+            finished = True
+        finally:
+            if finished or usage is not None:
+                usage = usage or {}
+                record_usage(
+                    {
+                        "prompt_tokens": usage.get("inputTokens"),
+                        "completion_tokens": usage.get("outputTokens"),
+                    },
+                    time.monotonic() - started,
+                )
+
+
+def rollout_model(
+    llm: LLMEndpoint | None = None, params: dict[str, Any] | None = None
+) -> RolloutOpenAIModel:
+    """A model for ``Agent(model=...)`` talking to ``llm`` (default: the rollout's
+    endpoint); ``params`` are chat-completion parameters (``temperature``, ``max_tokens``).
+
+    Raises ``ValueError`` when the run spec has no ``llm`` section, ``RuntimeError`` outside
+    a rollout.
+    """
+    endpoint = rollout_endpoint(llm)
+    return RolloutOpenAIModel(
+        client=openai_client(endpoint), model_id=endpoint.model, params=params or {}
+    )
+
+
+def strands_prompt(prompt: list[Message]) -> tuple[str | None, Messages]:
+    """A chat prompt (``ctx.prompt``) as Strands' ``(system_prompt, messages)``: system
+    messages joined into the system prompt, the others as text content blocks."""
+    system = [str(m.get("content") or "") for m in prompt if m.get("role") == "system"]
+    messages: Messages = [
+        {"role": m["role"], "content": [{"text": str(m.get("content") or "")}]}
+        for m in prompt
+        if m.get("role") in ("user", "assistant")
+    ]
+    return ("\n\n".join(system) if system else None), messages
+
+
+def chat_messages(messages: Messages, system_prompt: str | None = None) -> list[Message]:
+    """A Strands conversation as chat messages, converted the way Strands' ``OpenAIModel``
+    converts it for the endpoint: assistant ``tool_calls``, ``tool`` results with their
+    ``tool_call_id``, text parts joined into strings."""
+    formatted = OpenAIModel.format_request_messages(messages, system_prompt)
+    return normalize_messages([dict(message) for message in formatted])
+
+
+class RolloutAgent(Agent):
+    """A ``strands.Agent`` that talks to the rollout's endpoint and is its sample (see the
+    module docstring). ``prompt`` is the row's chat prompt; every other argument is
+    ``strands.Agent``'s. Create it inside ``run()``: it registers itself with the running
+    rollout, which takes exactly one sample source."""
+
+    def __init__(
+        self,
+        prompt: list[Message] | None = None,
+        *,
+        model: Any = None,
+        messages: Messages | None = None,
+        system_prompt: str | None = None,
+        callback_handler: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        rollout = get_rollout_context()
+        if prompt is not None:
+            prompt_system, prompt_messages = strands_prompt(prompt)
+            system_prompt = system_prompt if system_prompt is not None else prompt_system
+            messages = messages if messages is not None else prompt_messages
+        super().__init__(
+            model=model if model is not None else rollout_model(),
+            messages=messages,
+            system_prompt=system_prompt,
+            callback_handler=callback_handler,
+            **kwargs,
+        )
+        self._osmo_rollout: RolloutContext = rollout
+        rollout.register_sample_source(self)
+
+    def get_sample(self) -> RolloutSample:
+        """The conversation as chat messages, with usage and tool counts as metrics."""
+        messages = chat_messages(self.messages, self.system_prompt)
+        return RolloutSample(messages, conversation_metrics(messages, self._osmo_rollout.usage))

@@ -1,0 +1,33 @@
+"""Workflows for the embedded model's lifecycle tests, run by the real ``osmo-run``.
+
+``ChatThenWorkflow`` asks the model once, then does what the row's metadata says:
+``raise`` (a failed row), ``sleep`` (seconds, so a run can be interrupted mid-row, after
+touching the file ``marker`` names) or ``kill`` (SIGKILL to osmo-run itself: a row that
+crashes the whole process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
+from osmo_run.sdk.llm import chat_completion
+
+
+class ChatThenWorkflow(AgentWorkflow):
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        response = await chat_completion(ctx.prompt, max_tokens=8, temperature=0.0)
+        reply = {"role": "assistant", "content": response["choices"][0]["message"]["content"]}
+        meta = ctx.metadata
+        if meta.get("marker"):
+            await asyncio.to_thread(Path(meta["marker"]).touch)
+        if meta.get("raise"):
+            raise RuntimeError("this row fails on purpose")
+        if meta.get("kill"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if meta.get("sleep"):
+            await asyncio.sleep(float(meta["sleep"]))
+        return AgentWorkflowOutput(messages=[*ctx.prompt, reply])
