@@ -173,3 +173,17 @@ def test_a_full_disk_is_one_clear_error_and_the_file_stays_valid(
     lines = [json.loads(line) for line in raw.decode().splitlines()]
     assert 0 < len(lines) < 40
     assert len({line["row_id"] for line in lines}) == len(lines)
+
+
+def test_a_10_mb_line_is_read_and_run_like_any_other(tmp_path: Path) -> None:
+    """A long line is valid input: it is parsed, run and written back whole."""
+    prompt = "z" * (10 * 1024 * 1024)
+    rows = [
+        {"id": "huge", "prompt": prompt, "metadata": {"do": "echo"}},
+        {"id": "tiny", "prompt": "x"},
+    ]
+    proc = _run(tmp_path, rows, "-o", "out.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    records = _records(tmp_path / "out.jsonl")
+    assert records["huge"]["sample"]["messages"][0]["content"] == prompt
+    assert records["tiny"]["status"] == "success"
