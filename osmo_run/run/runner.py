@@ -22,6 +22,7 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import attempt_dict, record_dict, record_line
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.sdk._rollout import start_task
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
@@ -249,9 +250,10 @@ class Runner:
                 flight = _Flight(item, time.monotonic())
                 self._flights[item.rollout_id] = flight
                 self._display.row_started(item.rollout_id)
-                task = asyncio.create_task(self._run_one(flight))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                task = start_task(self._run_one(flight))
+                if not task.done():  # an eager task may have finished already
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
             await self._drain()
         finally:
             ticker.cancel()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import dataclasses
 import math
+import sys
 import time
 import traceback
 from collections.abc import Callable, Coroutine
@@ -36,6 +36,8 @@ from osmo_run.sdk.types import (
     RolloutStatus,
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
+
+T = TypeVar("T")
 
 CANCEL_GRACE_SEC = 1.0
 """How long a timed-out coroutine may take to honour cancellation before it is abandoned."""
@@ -90,6 +92,17 @@ def _swallow_result(task: asyncio.Task[Any]) -> None:
         task.exception()  # marks it retrieved: an abandoned task must not warn at exit
 
 
+def start_task(
+    coro: Coroutine[Any, Any, T], context: contextvars.Context | None = None
+) -> asyncio.Task[T]:
+    """A task for ``coro`` that, on Python >= 3.12, runs its first step right away: a
+    coroutine that finishes without waiting costs no trip through the event loop."""
+    loop = asyncio.get_running_loop()
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coro, loop=loop, context=context, eager_start=True)
+    return loop.create_task(coro, context=context)
+
+
 async def _await_with_deadline(
     coro: Coroutine[Any, Any, Any], timeout_sec: float | None, context: contextvars.Context
 ) -> Any:
@@ -98,7 +111,9 @@ async def _await_with_deadline(
     A coroutine that swallows cancellation is abandoned after ``CANCEL_GRACE_SEC`` so the
     deadline holds. Cancelling the caller cancels the task.
     """
-    task = asyncio.get_running_loop().create_task(coro, context=context)
+    task = start_task(coro, context)
+    if task.done():  # finished without ever waiting: no timer, no scheduling
+        return task.result()
     if timeout_sec is None:
         return await task
     if timeout_sec <= 0:
@@ -213,14 +228,14 @@ def make_workflow(source: WorkflowSource, config: AgentWorkflowConfig) -> AgentW
     """A fresh workflow (with its own copy of ``config``) from a class; an instance as is."""
     if isinstance(source, AgentWorkflow):
         return source
-    return source(copy.deepcopy(config))
+    return source(config.fresh_copy())
 
 
 def make_grader(source: GraderSource, config: GraderConfig) -> Grader:
     """A fresh grader (with its own copy of ``config``) from a class; an instance as is."""
     if isinstance(source, Grader):
         return source
-    return source(copy.deepcopy(config))
+    return source(config.fresh_copy())
 
 
 async def run_workflow_phase(
@@ -346,8 +361,6 @@ def _fail_in_place(result: ExecutionResult, category: ErrorCategory, message: st
 
 
 ResultCallback = Callable[[ExecutionResult], Any]
-
-T = TypeVar("T")
 
 
 def run_to_completion(main: Coroutine[Any, Any, T], grace_sec: float = CANCEL_GRACE_SEC) -> T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,13 @@ class AgentWorkflowConfig:
     concurrency: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
     settings: dict[str, Any] = field(default_factory=dict)
 
+    def fresh_copy(self) -> AgentWorkflowConfig:
+        """A copy one rollout may change freely (its settings deep-copied); cheap when
+        there are no settings, since it runs once per rollout."""
+        return AgentWorkflowConfig(
+            self.concurrency, copy.deepcopy(self.settings) if self.settings else {}
+        )
+
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> AgentWorkflowConfig:
         """Build from the spec's mapping; unknown top-level keys raise ``ValueError``."""
@@ -55,6 +63,10 @@ class GraderConfig:
     """What a grader is configured with: free-form ``settings`` and the pass threshold."""
 
     settings: dict[str, Any] = field(default_factory=dict)
+
+    def fresh_copy(self) -> GraderConfig:
+        """A copy one rollout may change freely (see ``AgentWorkflowConfig.fresh_copy``)."""
+        return GraderConfig(copy.deepcopy(self.settings) if self.settings else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> GraderConfig:
