@@ -131,6 +131,10 @@ def record_dict(
     }
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr)
+"""Built once: ``json.dumps`` with these options builds a new encoder for every row."""
+
+
 def record_line(record: dict[str, Any]) -> str:
     """Serialize a record as one line; values JSON cannot hold are written with ``repr``."""
-    return json.dumps(record, ensure_ascii=False, allow_nan=False, default=repr)
+    return _ENCODER.encode(record)

@@ -15,6 +15,7 @@ import ipaddress
 import json
 import re
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -295,6 +296,15 @@ class HarborBackend(ExecutionBackend):
         """Remove what the run left: its containers (by label), networks and staging."""
         if self._is_docker and self._prepared:
             await docker_ops.remove_labelled(f"{docker_ops.INVOCATION_LABEL}={self._invocation}")
+            try:
+                await docker_ops.engine_ready()
+            except EnvironmentNotReady:
+                print(
+                    "warning: the container engine did not answer when the run ended, so its "
+                    "containers may remain; once it is back, run `osmo-run cleanup "
+                    f"{self._trials_dir.parent}`",
+                    file=sys.stderr,
+                )
         if self._relay is not None:
             await self._relay.close()
         if self._staging is not None:

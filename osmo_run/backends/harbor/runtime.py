@@ -114,7 +114,7 @@ def stage_user_code(source: Path, dest: Path) -> Path:
     if not source.is_dir():
         raise InputError(f"{source}: --user-code-dir must be a directory")
     files = _git_files(source)
-    if files is None:
+    if not files:  # not a work tree, or a directory git ignores whole: take every file
         files = _walk_files(source)
     files = [
         f

@@ -1,0 +1,1288 @@
+"""osmo-run benchmarks (issue 6): one command reproduces every figure.
+
+    .venv/bin/python bench/run.py [--quick] [--only NAME,...] [--profile]
+
+Workloads (NAMEs): throughput, memory, latency, display, startup, harbor. Every measurement
+is a fresh subprocess; wall time is spawn-to-exit (interpreter start-up, imports, the
+dataset validation pass and the summary included), peak RSS is the child's own
+``ru_maxrss`` from ``os.wait4`` (see ``rss_method_check``). Prints a markdown table and
+overwrites bench/RESULTS.md. ``--profile`` adds profiles (py-spy, tracemalloc, an RSS
+timeline) of osmo-run for throughput, latency and memory under bench/out/profiles/.
+
+This is a report: no figure is asserted anywhere; a missed target is printed as missed.
+Stdlib only (plus what the dev venv holds: osmo-run, harbor, and py-spy if installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+OUT = BENCH / "out"
+DATA = OUT / "data"
+BIN = Path(sys.executable).parent
+OSMO_RUN = BIN / "osmo-run"
+HARBOR = BIN / "harbor"
+OSMOSIS_PY = BENCH / ".venvs" / "osmosis" / "bin" / "python"
+LOOP = BENCH / "workloads" / "loop.py"
+WORKLOADS = "workloads.osmo_run_workloads"
+MB = 1024.0  # ru_maxrss is in KiB on Linux; figures are MiB
+
+NAMES = ("throughput", "memory", "latency", "display", "startup", "harbor")
+
+SNAPSHOT_ENV: dict[str, str] = {}
+"""PYTHONPATH for every child when ``--rev`` pins osmo_run to a git revision."""
+TREE = ["working tree"]
+SOURCES = [ROOT]
+"""Where examples/, configs/ and tasks/ are read from: the repository, or the --rev snapshot."""
+SNAPSHOT_PATHS = ("osmo_run", "examples", "configs", "tasks")
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Proc:
+    """One finished subprocess: wall seconds, peak RSS (KiB), exit code, captured output."""
+
+    cmd: list[str]
+    wall: float
+    rss_kb: int
+    rc: int
+    stdout: str
+    stderr: str
+    rss_timeline: list[tuple[float, int]] = field(default_factory=list)
+    cpu: float = 0.0  # user + system seconds of the child (and what it reaped)
+    busy_before: float = 0.0  # share of all CPUs busy just before the spawn (other load)
+    spawned_at: float = 0.0  # time.time() at the spawn
+
+    @property
+    def rss_mb(self) -> float:
+        return self.rss_kb / MB
+
+
+def _cpu_times() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def busy_fraction(interval: float = 1.0) -> float:
+    """Share of all CPUs busy over ``interval`` seconds (0..1), from /proc/stat."""
+    try:
+        busy0, total0 = _cpu_times()
+        time.sleep(interval)
+        busy1, total1 = _cpu_times()
+    except OSError:
+        return 0.0
+    return (busy1 - busy0) / max(total1 - total0, 1)
+
+
+QUIET_BELOW = 0.25
+QUIET_MAX_WAIT = 30.0
+LOAD_SEEN: list[float] = []
+
+
+def wait_quiet() -> float:
+    """Wait (at most QUIET_MAX_WAIT s) until other processes leave the CPUs mostly idle, so
+    a shared machine's other work disturbs the figures less; return the last busy share."""
+    deadline = time.monotonic() + QUIET_MAX_WAIT
+    busy = busy_fraction()
+    while busy >= QUIET_BELOW and time.monotonic() < deadline:
+        busy = busy_fraction(2.0)
+    LOAD_SEEN.append(busy)
+    return busy
+
+
+def _leaf(pid: int) -> int:
+    """The deepest first descendant of ``pid`` (the measured process under time/script)."""
+    while True:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            return pid
+        if not children:
+            return pid
+        pid = int(children[0])
+
+
+def _sample_rss(pid: int, timeline: list[tuple[float, int]], stop: threading.Event) -> None:
+    started = time.perf_counter()
+    while not stop.wait(0.2):
+        try:
+            text = Path(f"/proc/{_leaf(pid)}/status").read_text()
+        except OSError:
+            continue
+        match = re.search(r"VmRSS:\s+(\d+) kB", text)
+        if match:
+            timeline.append((time.perf_counter() - started, int(match.group(1))))
+
+
+GNU_TIME = Path("/usr/bin/time")
+
+
+def run(
+    cmd: Sequence[str | Path],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600.0,
+    sample_rss: bool = False,
+    quiet: bool = True,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+) -> Proc:
+    """Run ``cmd`` (cwd: the repository) in its own session; measure wall, CPU, peak RSS.
+
+    Peak RSS comes from ``/usr/bin/time -f %M`` around ``cmd``: a child spawned straight
+    from this (large) Python process inherits its high-water RSS, so the child's own
+    ``ru_maxrss`` from ``os.wait4`` is wrong (``rss_method_check`` shows it). ``wrap`` puts
+    something (``script``) around the timed command. CPU and wall come from ``os.wait4``.
+    """
+    argv = [str(c) for c in cmd]
+    busy = wait_quiet() if quiet else 0.0
+    full_env = {**os.environ, **SNAPSHOT_ENV, **(env or {})}
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file,
+    ):
+        if GNU_TIME.exists():
+            argv = [str(GNU_TIME), "-f", "%M", "-o", rss_file.name, *argv]
+        if wrap is not None:
+            argv = wrap(argv)
+        spawned_at = time.time()
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        timer = threading.Timer(timeout, _kill_group, (proc.pid,))
+        timer.start()
+        timeline: list[tuple[float, int]] = []
+        stop = threading.Event()
+        sampler = None
+        if sample_rss:
+            sampler = threading.Thread(target=_sample_rss, args=(proc.pid, timeline, stop))
+            sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        timer.cancel()
+        stop.set()
+        if sampler is not None:
+            sampler.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        reported = rss_file.read().strip().splitlines()
+        rss_kb = int(reported[-1]) if reported and reported[-1].isdigit() else usage.ru_maxrss
+        return Proc(
+            [str(c) for c in cmd],
+            wall,
+            rss_kb,
+            proc.returncode,
+            out.read().decode("utf-8", "replace"),
+            err.read().decode("utf-8", "replace"),
+            timeline,
+            usage.ru_utime + usage.ru_stime,
+            busy,
+            spawned_at,
+        )
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the session this script started for that child
+    except ProcessLookupError:
+        pass
+
+
+class BenchError(Exception):
+    pass
+
+
+def checked(proc: Proc, ok_codes: tuple[int, ...] = (0,)) -> Proc:
+    if proc.rc not in ok_codes:
+        tail = (proc.stderr or proc.stdout).strip()[-1500:]
+        raise BenchError(f"`{shlex.join(proc.cmd)}` exited {proc.rc}:\n{tail}")
+    return proc
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def dataset(rows: int, *, ids: bool = True) -> Path:
+    """``rows`` identical no-op rows (label "4"), generated once into bench/out/data."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"rows-{rows}{'' if ids else '-noid'}.jsonl"
+    if path.exists():
+        return path
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for i in range(rows):
+            row: dict[str, Any] = {"user_prompt": "What is 2 + 2?", "ground_truth": "4"}
+            if ids:
+                row = {"id": f"r{i:07d}", **row}
+            handle.write(json.dumps(row) + "\n")
+    tmp.rename(path)
+    return path
+
+
+def osmo_local(
+    data: Path,
+    out: Path,
+    *,
+    workflow: str = "NoopWorkflow",
+    concurrency: int = 100,
+    display: str = "none",
+) -> list[str]:
+    return [
+        str(OSMO_RUN),
+        "local",
+        str(data),
+        "--workflow",
+        f"{WORKLOADS}:{workflow}",
+        "--grader",
+        f"{WORKLOADS}:ExactMatchGrader",
+        "--code-dir",
+        str(BENCH),
+        "-c",
+        str(concurrency),
+        "--display",
+        display,
+        "-o",
+        str(out),
+        "--overwrite",
+    ]
+
+
+def check_osmo_output(out: Path, rows: int) -> None:
+    summary = json.loads(out.with_name(out.stem + ".summary.json").read_text())
+    ok = summary["by_status"].get("success", 0)
+    if ok != rows or count_lines(out) != rows:
+        raise BenchError(f"{out}: expected {rows} successful rows, summary says {summary}")
+
+
+def check_loop_output(out: Path, rows: int, *, parse: bool = False) -> None:
+    if count_lines(out) != rows:
+        raise BenchError(f"{out}: expected {rows} lines, found {count_lines(out)}")
+    if parse:
+        with open(out, encoding="utf-8") as handle:
+            bad = sum(
+                1
+                for line in handle
+                if (r := json.loads(line))["status"] != "success" or r["reward"] != 1.0
+            )
+        if bad:
+            raise BenchError(f"{out}: {bad} rows did not succeed with reward 1")
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass
+class Target:
+    workload: str
+    what: str
+    measured: str
+    target: str
+    met: bool | None  # None: not measured
+
+
+@dataclass
+class Report:
+    sections: list[str] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+        self.sections.append("\n".join(lines))
+        print("\n" + self.sections[-1], flush=True)
+
+    def text(self, text: str) -> None:
+        self.sections.append(text)
+        print("\n" + text, flush=True)
+
+    def target(self, *args: Any) -> None:
+        self.targets.append(Target(*args))
+
+
+def fmt_rate(rate: float) -> str:
+    return f"{rate:,.0f}"
+
+
+def best(procs: list[Proc]) -> Proc:
+    """The fastest of repeated runs: load from other processes only ever adds time."""
+    return min(procs, key=lambda p: p.wall)
+
+
+def step(text: str) -> None:
+    print(f"[{datetime.now().strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+@dataclass
+class Options:
+    quick: bool
+    profile: bool
+    repeats: int
+    report: Report
+
+
+def rss_method_check(opts: Options) -> None:
+    """Which peak-RSS method is reliable: /usr/bin/time vs wait4 vs RUSAGE_CHILDREN deltas."""
+    import resource
+
+    alloc = "b = bytearray({n} * 2**20); b[::4096] = b'x' * len(b[::4096])"
+    small = [sys.executable, "-c", alloc.format(n=20)]
+    big = [sys.executable, "-c", alloc.format(n=200)]
+    p_small = run(small, quiet=False)
+    p_big = run(big, quiet=False)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    run(small, quiet=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    timed_bare = run([sys.executable, "-c", "pass"], quiet=False)
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as bare:
+        _, _, usage = os.wait4(bare.pid, 0)
+        bare.returncode = 0
+    opts.report.notes.append(
+        "Peak RSS method: `/usr/bin/time -f %M` around each measured command. Check: children "
+        f"touching 20 and 200 MiB report {p_small.rss_mb:.0f} and {p_big.rss_mb:.0f} MiB. "
+        "Not used: `os.wait4` straight from this script, because a child inherits its "
+        f"parent's high-water RSS at spawn: `python -c pass` reports {usage.ru_maxrss / MB:.0f} "
+        f"MiB that way (run.py's own peak: {own / MB:.0f} MiB) but {timed_bare.rss_mb:.0f} MiB "
+        "under /usr/bin/time. Also not used: "
+        "`RUSAGE_CHILDREN` deltas, which are a maximum over all reaped children rather than "
+        f"a sum: the 20 MiB child run after the 200 MiB one added {(after - before) / MB:.0f} MiB."
+    )
+    if not GNU_TIME.exists():
+        opts.report.notes.append("WARNING: /usr/bin/time is missing; RSS figures are wait4's.")
+
+
+def w_throughput(opts: Options) -> None:
+    rows = 20_000 if opts.quick else 100_000
+    concurrency = 100
+    data = dataset(rows)
+    base = OUT / "throughput"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    setup_osmosis()
+
+    def floor() -> Proc:
+        out = base / "floor.jsonl"
+        p = checked(run([sys.executable, LOOP, "floor", data, out, "-c", str(concurrency)]))
+        check_loop_output(out, rows)
+        return p
+
+    def osmosis() -> Proc:
+        out = base / "osmosis" / "results.jsonl"
+        shutil.rmtree(out.parent, ignore_errors=True)  # its per-row artifact directories
+        out.parent.mkdir(parents=True)
+        cmd: list[str | Path] = [OSMOSIS_PY, LOOP, "osmosis", data, out, "-c", str(concurrency)]
+        p = checked(run(cmd))
+        check_loop_output(out, rows, parse=True)
+        return p
+
+    def osmo() -> Proc:
+        out = base / "osmo-run" / "results.jsonl"
+        p = checked(run(osmo_local(data, out, concurrency=concurrency)))
+        check_osmo_output(out, rows)
+        return p
+
+    runs: dict[str, list[Proc]] = {"floor": [], "osmosis": [], "osmo-run": []}
+    for i in range(opts.repeats):
+        for name, fn in (("floor", floor), ("osmosis", osmosis), ("osmo-run", osmo)):
+            step(f"throughput: {name} {rows} rows, run {i + 1}/{opts.repeats}")
+            runs[name].append(fn())
+    labels = {
+        "floor": "floor: bare asyncio loop, no-op coroutine",
+        "osmosis": "osmosis-ai 0.3.8 LocalBackend (same loop)",
+        "osmo-run": "`osmo-run local --display none`",
+    }
+    med = {k: best(v) for k, v in runs.items()}
+    rate = {k: rows / p.wall for k, p in med.items()}
+    table = []
+    for k, p in med.items():
+        loop = ""
+        if p.stdout.strip().startswith("{"):
+            loop_sec = json.loads(p.stdout.strip().splitlines()[-1])["loop_sec"]
+            loop = fmt_rate(rows / loop_sec)
+        walls = ", ".join(f"{q.wall:.2f}" for q in runs[k])
+        table.append(
+            [
+                labels[k],
+                f"{p.wall:.2f} ({walls})",
+                fmt_rate(rate[k]),
+                loop or "-",
+                f"{p.cpu:.2f}",
+                f"{max(q.rss_mb for q in runs[k]):.0f}",
+            ]
+        )
+    opts.report.table(
+        f"1. Local throughput: {rows:,} rows, no-op workflow + exact-match grader, "
+        f"concurrency {concurrency} for all three, output JSONL flushed per row",
+        ["run", "wall s, best (all)", "rows/s", "rows/s inside the loop", "CPU s", "peak RSS MiB"],
+        table,
+    )
+    vs_floor = rate["floor"] / rate["osmo-run"]
+    vs_osmosis = rate["osmo-run"] / rate["osmosis"]
+    opts.report.text(
+        f"osmo-run/floor: **{vs_floor:.1f}x slower** than the floor · "
+        f"osmo-run/osmosis: **{vs_osmosis:.1f}x faster** than osmosis-ai"
+    )
+    opts.report.target(
+        "1", "osmo-run rows/s", fmt_rate(rate["osmo-run"]), ">= 25,000", rate["osmo-run"] >= 25_000
+    )
+    opts.report.target(
+        "1", "osmo-run vs osmosis-ai", f"{vs_osmosis:.1f}x faster", ">= 15x", vs_osmosis >= 15
+    )
+    opts.report.target(
+        "1", "osmo-run vs floor", f"{vs_floor:.1f}x slower", "within 8x", vs_floor <= 8
+    )
+
+
+def w_memory(opts: Options) -> None:
+    sizes = [10_000, 100_000] + ([] if opts.quick else [1_000_000])
+    base = OUT / "memory"
+    shutil.rmtree(base, ignore_errors=True)
+    table = []
+    peaks: dict[int, float] = {}
+    for rows in sizes:
+        data = dataset(rows)
+        out = base / f"{rows}" / "results.jsonl"
+        step(f"memory: osmo-run local, {rows} rows")
+        p = checked(run(osmo_local(data, out)))
+        check_osmo_output(out, rows)
+        peaks[rows] = p.rss_mb
+        table.append(
+            [
+                f"{rows:,}",
+                f"{p.wall:.2f}",
+                fmt_rate(rows / p.wall),
+                f"{p.cpu:.2f}",
+                f"{p.rss_mb:.1f}",
+                f"{p.rss_mb / peaks[sizes[0]]:.2f}x",
+            ]
+        )
+    opts.report.table(
+        "2. Memory: peak RSS of `osmo-run local` (no-op rows with an `id`, concurrency 100)",
+        ["rows", "wall s", "rows/s", "CPU s", "peak RSS MiB", "vs 10k rows"],
+        table,
+    )
+    largest = sizes[-1]
+    growth = peaks[largest] / peaks[sizes[0]]
+    opts.report.target(
+        "2",
+        f"peak RSS at {largest:,} rows",
+        f"{peaks[largest]:.0f} MiB",
+        "< 150 MiB at 1M rows" if largest == 1_000_000 else "(1M skipped)",
+        peaks[largest] < 150 if largest == 1_000_000 else None,
+    )
+    opts.report.target(
+        "2",
+        f"RSS growth 10k -> {largest:,} rows",
+        f"{growth:.2f}x",
+        "flat (<= 1.25x)",
+        growth <= 1.25,
+    )
+
+
+def _span(out: Path) -> tuple[float, float]:
+    """(first workflow start, last workflow end) as time.time() from SleepWorkflow metrics."""
+    first, last = float("inf"), 0.0
+    with open(out, encoding="utf-8") as handle:
+        for line in handle:
+            metrics = json.loads(line)["sample"]["metrics"]
+            first = min(first, metrics["t_start"])
+            last = max(last, metrics["t_end"])
+    return first, last
+
+
+def w_latency(opts: Options) -> None:
+    rows, concurrency, sleep = 20_000, 1000, 0.1
+    ideal = rows * sleep / concurrency
+    data = dataset(rows)
+    base = OUT / "latency"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    osmo: list[tuple[Proc, float, float]] = []
+    floors: list[Proc] = []
+    for i in range(opts.repeats):
+        step(
+            f"latency: floor and osmo-run, {rows} rows x {sleep}s at {concurrency}, "
+            f"run {i + 1}/{opts.repeats}"
+        )
+        out = base / "floor.jsonl"
+        floors.append(
+            checked(
+                run(
+                    [
+                        sys.executable,
+                        LOOP,
+                        "floor",
+                        data,
+                        out,
+                        "-c",
+                        str(concurrency),
+                        "--sleep",
+                        str(sleep),
+                    ]
+                )
+            )
+        )
+        check_loop_output(out, rows)
+        out = base / "osmo-run" / "results.jsonl"
+        p = checked(run(osmo_local(data, out, workflow="SleepWorkflow", concurrency=concurrency)))
+        check_osmo_output(out, rows)
+        first, last = _span(out)
+        osmo.append((p, first - p.spawned_at, last - first))
+    osmo.sort(key=lambda item: item[0].wall)
+    p, startup, span = osmo[0]
+    fl = best(floors)
+    fl_loop = json.loads(fl.stdout.strip().splitlines()[-1])["loop_sec"]
+    opts.report.table(
+        f"3. Latency-bound: {rows:,} rows, workflow sleeps {sleep * 1000:.0f} ms, "
+        f"concurrency {concurrency}; ideal = rows x 0.1 s / concurrency = {ideal:.2f} s",
+        [
+            "run",
+            "process wall s",
+            "vs ideal",
+            "first row start -> last row end s",
+            "vs ideal",
+            "spawn -> first row s",
+            "CPU s",
+            "peak RSS MiB",
+        ],
+        [
+            [
+                "floor: bare asyncio loop, asyncio.sleep",
+                f"{fl.wall:.2f}",
+                f"{fl.wall / ideal:.2f}x",
+                f"{fl_loop:.2f} (loop)",
+                f"{fl_loop / ideal:.2f}x",
+                "-",
+                f"{fl.cpu:.2f}",
+                f"{fl.rss_mb:.0f}",
+            ],
+            [
+                "`osmo-run local`",
+                f"{p.wall:.2f}",
+                f"{p.wall / ideal:.2f}x",
+                f"{span:.2f}",
+                f"{span / ideal:.2f}x",
+                f"{startup:.2f}",
+                f"{p.cpu:.2f}",
+                f"{p.rss_mb:.0f}",
+            ],
+        ],
+    )
+    opts.report.target(
+        "3",
+        "osmo-run wall vs ideal (process)",
+        f"{p.wall / ideal:.2f}x",
+        "<= 1.10x",
+        p.wall <= 1.10 * ideal,
+    )
+    opts.report.target(
+        "3",
+        "osmo-run rows span vs ideal (no start-up)",
+        f"{span / ideal:.2f}x",
+        "<= 1.10x",
+        span <= 1.10 * ideal,
+    )
+
+
+FRAME_MARK = "in flight ("
+
+
+def w_display(opts: Options) -> None:
+    if shutil.which("script") is None:
+        opts.report.text("### 4. Live display\n\nskipped: `script` (util-linux) is not installed")
+        return
+    rows = 20_000 if opts.quick else 100_000
+    data = dataset(rows)
+    base = OUT / "display"
+    shutil.rmtree(base, ignore_errors=True)
+    env = {"TERM": "xterm-256color", "COLUMNS": "120", "LINES": "40"}
+    runs: dict[str, list[Proc]] = {"none": [], "live": []}
+    for i in range(opts.repeats):
+        for kind in ("none", "live"):
+            step(
+                f"display: --display {kind} under a pty (script), {rows} rows, "
+                f"run {i + 1}/{opts.repeats}"
+            )
+            out = base / kind / "results.jsonl"
+            p = checked(
+                run(
+                    osmo_local(data, out, display=kind),
+                    env=env,
+                    wrap=lambda argv: ["script", "-qefc", shlex.join(argv), "/dev/null"],
+                )
+            )
+            check_osmo_output(out, rows)
+            runs[kind].append(p)
+    med = {k: best(v) for k, v in runs.items()}
+    rate = {k: rows / p.wall for k, p in med.items()}
+    cost = 1 - rate["live"] / rate["none"]
+    live = med["live"]
+    frames = live.stdout.count(FRAME_MARK)
+    counts = [int(n) for n in re.findall(rf"(\d+)/{rows} done", live.stdout)]
+    rising = all(a <= b for a, b in itertools.pairwise(counts))
+    none_frames = med["none"].stdout.count(FRAME_MARK)
+    opts.report.table(
+        f"4. Live display: {rows:,} no-op rows at concurrency 100, both runs on a pty "
+        "(`script -qefc`, TERM=xterm-256color, 120 columns)",
+        ["display", "wall s, best (all)", "rows/s", "CPU s", "peak RSS MiB", "frames", "frames/s"],
+        [
+            [
+                "none",
+                f"{med['none'].wall:.2f} ({', '.join(f'{q.wall:.2f}' for q in runs['none'])})",
+                fmt_rate(rate["none"]),
+                f"{med['none'].cpu:.2f}",
+                f"{med['none'].rss_mb:.0f}",
+                none_frames,
+                "-",
+            ],
+            [
+                "live",
+                f"{live.wall:.2f} ({', '.join(f'{q.wall:.2f}' for q in runs['live'])})",
+                fmt_rate(rate["live"]),
+                f"{live.cpu:.2f}",
+                f"{live.rss_mb:.0f}",
+                frames,
+                f"{frames / live.wall:.1f}",
+            ],
+        ],
+    )
+    opts.report.text(
+        f"Live cost: **{cost * 100:.1f}%** of throughput. The live run drew {frames} frames "
+        f"(rich refreshes at 4/s) with the done-counter rising through "
+        f"{len(counts)} readings ({counts[0] if counts else '-'} ... "
+        f"{counts[-1] if counts else '-'}){'' if rising else ' (NOT monotonic)'}."
+    )
+    opts.report.target("4", "live display cost", f"{cost * 100:.1f}%", "< 10%", cost < 0.10)
+    opts.report.target(
+        "4",
+        "live display keeps refreshing",
+        f"{frames / live.wall:.1f} frames/s",
+        ">= 2 frames/s, counter rising",
+        frames / live.wall >= 2 and rising,
+    )
+
+
+def _imported(stderr: str) -> list[tuple[str, int]]:
+    """(module, cumulative us) from -X importtime output."""
+    found = []
+    for line in stderr.splitlines():
+        match = re.match(r"import time:\s+\d+ \|\s+(\d+) \|(\s*)(\S+)", line)
+        if match:
+            found.append((match.group(3), int(match.group(1))))
+    return found
+
+
+def w_startup(opts: Options) -> None:
+    n = 5
+    data = dataset(10)
+    out = OUT / "startup" / "results.jsonl"
+    helps, locals_ = [], []
+    step(f"startup: osmo-run --help and a 10-row local run, {n} times each")
+    for _ in range(n):
+        helps.append(checked(run([OSMO_RUN, "--help"])))
+        locals_.append(checked(run(osmo_local(data, out))))
+    help_med = statistics.median(p.wall for p in helps)
+    local_med = statistics.median(p.wall for p in locals_)
+    # Does `osmo-run local` import harbor? -X importtime lists every module it imports.
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+    traced = checked(run(osmo_local(data, out), env=env))
+    modules = _imported(traced.stderr)
+    harbor_mods = [m for m, _ in modules if m == "harbor" or m.startswith("harbor.")]
+    heavy = [m for m, _ in modules if m.split(".")[0] in {"litellm", "openai", "docker"}]
+    control = run([sys.executable, "-c", "import harbor"], env=env, quiet=False)
+    control_hits = sum(1 for m, _ in _imported(control.stderr) if m.startswith("harbor"))
+    help_mods = _imported(run([OSMO_RUN, "--help"], env=env, quiet=False).stderr)
+    top = sorted((m for m in help_mods if "." not in m[0]), key=lambda m: -m[1])[:5]
+    opts.report.table(
+        "5. Start-up",
+        ["command", f"wall s, median of {n}", "min..max", "peak RSS MiB"],
+        [
+            [
+                "`osmo-run --help`",
+                f"{help_med:.3f}",
+                f"{min(p.wall for p in helps):.3f}..{max(p.wall for p in helps):.3f}",
+                f"{max(p.rss_mb for p in helps):.0f}",
+            ],
+            [
+                "`osmo-run local` 10 rows",
+                f"{local_med:.3f}",
+                f"{min(p.wall for p in locals_):.3f}..{max(p.wall for p in locals_):.3f}",
+                f"{max(p.rss_mb for p in locals_):.0f}",
+            ],
+        ],
+    )
+    opts.report.text(
+        f"`osmo-run local` (10 rows) imported {len(modules)} modules, **{len(harbor_mods)} from "
+        f"harbor**{' (' + ', '.join(harbor_mods[:5]) + ')' if harbor_mods else ''}"
+        f"{', and ' + ', '.join(sorted(set(heavy))[:5]) if heavy else ''} "
+        f"(`PYTHONPROFILEIMPORTTIME=1`; control: `import harbor` shows {control_hits} harbor "
+        "modules the same way). `--help` top-level imports by cumulative time: "
+        + ", ".join(f"{m} {us / 1000:.0f} ms" for m, us in top)
+        + "."
+    )
+    opts.report.target(
+        "5", "`osmo-run --help` wall", f"{help_med:.3f} s", "< 0.3 s", help_med < 0.3
+    )
+    opts.report.target(
+        "5",
+        "`osmo-run local` imports harbor",
+        f"{len(harbor_mods)} modules",
+        "none",
+        not harbor_mods and control_hits > 0,
+    )
+
+
+def _docker_ok() -> bool:
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _harbor_inputs(rows: int, base: Path, code: Path) -> tuple[Path, Path]:
+    """A dataset of ``rows`` additions, the example package staged alone in ``code`` (so the
+    trial does not carry bench/out and bench/.venvs), and tasks/calculator plus an oracle
+    solution."""
+    rnd = random.Random(6)
+    data = base / f"harbor-{rows}.jsonl"
+    with open(data, "w", encoding="utf-8") as handle:
+        for i in range(rows):
+            a, b = rnd.randint(2, 99), rnd.randint(2, 99)
+            row = {
+                "id": f"h{i:02d}",
+                "user_prompt": f"What is {a} + {b}?",
+                "ground_truth": str(a + b),
+            }
+            handle.write(json.dumps(row) + "\n")
+    shutil.copytree(
+        SOURCES[0] / "examples",
+        code / "examples",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    task = base / "tasks" / "calculator-oracle"
+    shutil.copytree(SOURCES[0] / "tasks" / "calculator", task)
+    solve = task / "solution" / "solve.sh"
+    solve.parent.mkdir()
+    solve.write_text("#!/bin/bash\necho 42 > /app/answer.txt\n")
+    solve.chmod(0o755)
+    return data, task
+
+
+def _harbor_job(proc: Proc, jobs: Path, name: str, trials: int) -> float:
+    result = json.loads((jobs / name / "result.json").read_text())
+    stats = result["stats"]
+    if stats["n_completed_trials"] != trials or stats["n_errored_trials"]:
+        raise BenchError(f"harbor job {name}: {stats}")
+    means = [e["metrics"][0]["mean"] for e in stats["evals"].values()]
+    return float(means[0]) if means else float("nan")
+
+
+def w_harbor(opts: Options) -> None:
+    if not _docker_ok():
+        opts.report.text("### 6. Harbor\n\nskipped: no Docker engine")
+        opts.report.target("6", "osmo-run --prebuild vs harbor run", "-", "<= 1.0x", None)
+        return
+    rows, concurrency = (8 if opts.quick else 20), 4
+    base = OUT / "harbor"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    # The staged code lives outside the git work tree: osmo-run ships what git would commit
+    # from a directory inside one, and bench/out is git-ignored (it would ship nothing).
+    with tempfile.TemporaryDirectory(prefix="osmo-run-bench-code-") as staged:
+        _w_harbor(opts, rows, concurrency, base, Path(staged))
+
+
+def _w_harbor(opts: Options, rows: int, concurrency: int, base: Path, code: Path) -> None:
+    data, oracle_task = _harbor_inputs(rows, base, code)
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+    def osmo(prebuild: bool, out: Path, data_: Path = data) -> list[str]:
+        return [
+            str(OSMO_RUN),
+            "harbor",
+            str(data_),
+            "--spec",
+            str(SOURCES[0] / "configs" / "harbor-example.yaml"),
+            "--user-code-dir",
+            str(code),
+            "-c",
+            str(concurrency),
+            "--display",
+            "none",
+            "-o",
+            str(out),
+            "--overwrite",
+            "--prebuild" if prebuild else "--no-prebuild",
+        ]
+
+    def harbor_cmd(agent: str, task: Path, name: str) -> list[str]:
+        return [
+            str(HARBOR),
+            "run",
+            "-p",
+            str(task),
+            "-a",
+            agent,
+            "-e",
+            "docker",
+            "-n",
+            str(concurrency),
+            "-k",
+            str(rows),
+            "-o",
+            str(base / "jobs"),
+            "--job-name",
+            name,
+            "-q",
+            "-y",
+        ]
+
+    step("harbor: warm-up (builds the prebuilt image once; not timed)")
+    checked(run(osmo(True, base / "warmup" / "results.jsonl"), env=env))
+    results: dict[str, list[tuple[Proc, str]]] = {}
+    for i in range(opts.repeats if not opts.quick else 1):
+        for key in ("prebuild", "no-prebuild", "harbor-oracle", "harbor-nop"):
+            step(f"harbor: {key}, {rows} rows at concurrency {concurrency}, run {i + 1}")
+            if key.startswith("harbor-"):
+                agent = key.removeprefix("harbor-")
+                task = oracle_task if agent == "oracle" else SOURCES[0] / "tasks" / "calculator"
+                name = f"{agent}-{i}"
+                p = checked(run(harbor_cmd(agent, task, name), env=env))
+                mean = _harbor_job(p, base / "jobs", name, rows)
+                why = "oracle runs solve.sh" if agent == "oracle" else "nop agent: no answer"
+                detail = f"reward mean {mean:g} ({why})"
+            else:
+                out = base / key / "results.jsonl"
+                p = checked(run(osmo(key == "prebuild", out), env=env))
+                check_osmo_output(out, rows)
+                with open(out, encoding="utf-8") as handle:
+                    timings = [json.loads(line)["timings"] for line in handle]
+
+                def med_of(key: str, timings: list[dict[str, Any]] = timings) -> str:
+                    return f"{statistics.median(t[key] or 0 for t in timings):.1f}"
+
+                detail = (
+                    f"all {rows} rows success, reward 1; per-row medians: setup "
+                    f"{med_of('setup_sec')} s, workflow {med_of('workflow_sec')} s, "
+                    f"grader {med_of('grader_sec')} s"
+                )
+            results.setdefault(key, []).append((p, detail))
+    labels = {
+        "prebuild": "`osmo-run harbor --prebuild`",
+        "no-prebuild": "`osmo-run harbor --no-prebuild`",
+        "harbor-oracle": "`harbor run -a oracle` (tasks/calculator + solve.sh)",
+        "harbor-nop": "`harbor run -a nop` (tasks/calculator)",
+    }
+    med = {k: min(v, key=lambda item: item[0].wall) for k, v in results.items()}
+    ref = med["harbor-oracle"][0].wall
+    table = [
+        [
+            labels[k],
+            f"{p.wall:.1f}",
+            f"{p.wall / rows:.2f}",
+            f"{p.wall / ref:.2f}x",
+            f"{p.rss_mb:.0f}",
+            detail,
+        ]
+        for k, (p, detail) in med.items()
+    ]
+    opts.report.table(
+        f"6. Harbor (Docker): {rows} rows / trials of tasks/calculator at concurrency "
+        f"{concurrency}, spawn-to-exit",
+        ["run", "wall s", "s per row", "vs harbor oracle", "peak RSS MiB (CLI)", "check"],
+        table,
+    )
+    pre = med["prebuild"][0].wall
+    nop = med["harbor-nop"][0].wall
+    opts.report.target(
+        "6",
+        "osmo-run --prebuild vs `harbor run` oracle",
+        f"{pre / ref:.2f}x",
+        "<= 1.0x",
+        pre <= ref,
+    )
+    opts.report.target(
+        "6", "osmo-run --prebuild vs `harbor run` nop", f"{pre / nop:.2f}x", "<= 1.0x", pre <= nop
+    )
+
+
+WORKLOAD_FNS: dict[str, Callable[[Options], None]] = {
+    "throughput": w_throughput,
+    "memory": w_memory,
+    "latency": w_latency,
+    "display": w_display,
+    "startup": w_startup,
+    "harbor": w_harbor,
+}
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def _fold(raw: Path, top: int = 12) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    """Self and inclusive shares of py-spy's raw (folded) stacks; osmo_run frames only for
+    the inclusive list."""
+    own: Counter[str] = Counter()
+    incl: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        if not line.strip():
+            continue
+        stack, _, n_text = line.rpartition(" ")
+        n = int(n_text)
+        total += n
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+        own[frames[-1]] += n
+        for f in set(frames):
+            incl[f] += n
+    if not total:
+        return [], []
+    osmo = [
+        (n, f)
+        for f, n in incl.most_common()
+        if "osmo_run" in f
+        or "/run/" in f
+        or f.endswith(
+            (
+                "(session.py)",
+                "(runner.py)",
+                "(dataset.py)",
+                "(output.py)",
+                "(records.py)",
+                "(summary.py)",
+                "(display.py)",
+            )
+        )
+    ]
+    # Frames on (nearly) every stack (main, execute_run, ...) say nothing; start below them.
+    osmo = [(n, f) for n, f in osmo if n < 0.8 * total]
+    return (
+        [(100 * n / total, f) for f, n in own.most_common(top)],
+        [(100 * n / total, f) for n, f in osmo[:top]],
+    )
+
+
+def _pyspy(name: str, cmd: list[str], opts: Options) -> None:
+    spy = BIN / "py-spy"
+    if not spy.exists():
+        opts.report.text(f"profile {name}: skipped (`.venv/bin/pip install py-spy` to enable)")
+        return
+    raw = OUT / "profiles" / f"{name}.folded.txt"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    step(f"profile: py-spy on {name}")
+    checked(run([spy, "record", "--rate", "250", "--format", "raw", "--output", raw, "--", *cmd]))
+    own, incl = _fold(raw)
+    lines = [
+        f"#### py-spy: {name} (`{shlex.join(cmd[1:3])} ...`), % of samples",
+        "",
+        "| self % | function | | incl. % | osmo-run function |",
+        "|---|---|---|---|---|",
+    ]
+    for i in range(max(len(own), len(incl))):
+        a = own[i] if i < len(own) else (0.0, "")
+        b = incl[i] if i < len(incl) else (0.0, "")
+        lines.append(f"| {a[0]:.1f} | {a[1]} | | {b[0]:.1f} | {b[1]} |")
+    opts.report.text("\n".join(lines))
+
+
+TRACE_VALIDATE = """
+import json, sys, tracemalloc
+from pathlib import Path
+from osmo_run.run.dataset import Dataset
+tracemalloc.start()
+Dataset(Path(sys.argv[1])).validate(stop_on_error=True)
+validate_mb = tracemalloc.get_traced_memory()[1] / 2**20
+build_mb = None
+try:  # the run's summary: one duration per row, sorted at the end for percentiles
+    from osmo_run.run.summary import SummaryBuilder
+    builder = SummaryBuilder()
+    for i in range(int(sys.argv[2])):
+        builder.add_values("success", None, 1.0, None, 0.001 * (i % 97))
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    builder.build()
+    build_mb = (tracemalloc.get_traced_memory()[1] - before) / 2**20
+except Exception:
+    pass
+print(json.dumps({"peak_mb": validate_mb, "build_mb": build_mb}))
+"""
+
+
+def profiles(opts: Options) -> None:
+    opts.report.text("## Profiles (`--profile`)")
+    rows = 20_000 if opts.quick else 100_000
+    _pyspy("throughput", osmo_local(dataset(rows), OUT / "profiles" / "t" / "results.jsonl"), opts)
+    _pyspy(
+        "latency",
+        osmo_local(
+            dataset(20_000),
+            OUT / "profiles" / "l" / "results.jsonl",
+            workflow="SleepWorkflow",
+            concurrency=1000,
+        ),
+        opts,
+    )
+    big = 100_000 if opts.quick else 1_000_000
+    step(f"profile: memory at {big} rows (RSS timeline; ids vs no ids; tracemalloc)")
+    p = checked(
+        run(osmo_local(dataset(big), OUT / "profiles" / "m" / "results.jsonl"), sample_rss=True)
+    )
+    q = checked(run(osmo_local(dataset(big, ids=False), OUT / "profiles" / "n" / "results.jsonl")))
+    traced = json.loads(
+        checked(run([sys.executable, "-P", "-c", TRACE_VALIDATE, dataset(big), str(big)]))
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    timeline = p.rss_timeline
+    marks = [timeline[int(i * (len(timeline) - 1) / 8)] for i in range(9)] if timeline else []
+    top_t, top_kb = max(timeline, key=lambda item: item[1]) if timeline else (0.0, 0)
+    opts.report.text(
+        f"#### memory at {big:,} rows\n\n"
+        f"- RSS timeline of `osmo-run local` (s: MiB): "
+        + ", ".join(f"{t:.0f}: {kb / MB:.0f}" for t, kb in marks)
+        + f"; highest sample {top_kb / MB:.0f} MiB at {top_t:.1f} s of {p.wall:.0f} s; "
+        f"peak (/usr/bin/time) {p.rss_mb:.0f} MiB.\n"
+        f"- Same rows without an `id` column (line numbers name them): peak {q.rss_mb:.0f} MiB.\n"
+        f"- tracemalloc peak of `Dataset.validate()` alone over the rows with ids: "
+        f"{traced['peak_mb']:.0f} MiB; of `SummaryBuilder.build()` over {big:,} durations "
+        "(the end of the run): "
+        + ("n/a" if traced["build_mb"] is None else f"+{traced['build_mb']:.0f} MiB")
+        + "."
+    )
+
+
+# --------------------------------------------------------------------------- main
+
+
+def use_revision(rev: str) -> None:
+    """Run osmo_run as committed at ``rev``: ``git archive`` it into bench/out and put that
+    first on PYTHONPATH (ahead of the editable install's path), so edits in progress in the
+    working tree cannot change or break the figures half-way through."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.strip()
+    dest = OUT / f"snapshot-{sha}"
+    if not (dest / "tasks").is_dir():
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", sha, *SNAPSHOT_PATHS], capture_output=True, cwd=ROOT, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    SNAPSHOT_ENV["PYTHONPATH"] = str(dest)
+    where = run(
+        [sys.executable, "-P", "-c", "import osmo_run; print(osmo_run.__file__)"], quiet=False
+    ).stdout.strip()
+    if not where.startswith(str(dest)):
+        raise BenchError(f"--rev: osmo_run still imports from {where}, not {dest}")
+    TREE[0] = (
+        f"commit {sha} ({rev}): {', '.join(SNAPSHOT_PATHS)} extracted to "
+        f"{dest.relative_to(ROOT)} via git archive"
+    )
+    SOURCES[0] = dest
+
+
+def setup_osmosis() -> None:
+    if not OSMOSIS_PY.exists() or run([OSMOSIS_PY, "-c", "import osmosis_ai"], quiet=False).rc != 0:
+        step("bench/setup.sh: creating bench/.venvs/osmosis")
+        subprocess.run(["bash", str(BENCH / "setup.sh")], check=True, cwd=ROOT)
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        return (done.stdout or done.stderr).strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "n/a"
+
+
+def machine_facts() -> list[str]:
+    cpu = "?"
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "osmo_run"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.splitlines()
+    osmosis = (
+        _version(
+            [
+                str(OSMOSIS_PY),
+                "-c",
+                "import sys, importlib.metadata as m; "
+                "print(sys.version.split()[0], 'osmosis-ai', m.version('osmosis-ai'))",
+            ]
+        )
+        if OSMOSIS_PY.exists()
+        else "not installed"
+    )
+    return [
+        f"- machine: {os.cpu_count()} CPUs (nproc {_version(['nproc'])}), {cpu}, "
+        f"{mem:.0f} GiB RAM, {platform.system()} {platform.release()}",
+        f"- dev venv: Python {platform.python_version()} ({sys.executable}); "
+        f"osmo-run {_pkg('osmo-run')}, "
+        f"harbor {_pkg('harbor')}, rich {_pkg('rich')}",
+        f"- osmosis venv: Python {osmosis}",
+        f"- system python3: {_version(['python3', '-V'])}",
+        f"- osmo_run measured: {TREE[0]} (HEAD {_version(['git', 'rev-parse', '--short', 'HEAD'])}"
+        f", {len(dirty)} uncommitted file(s) under osmo_run/ at the end)",
+        f"- docker: {_version(['docker', 'version', '--format', '{{.Server.Version}}'])}",
+    ]
+
+
+def _pkg(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "n/a"
+
+
+def write_results(opts: Options, command: str, started: datetime, elapsed: float) -> str:
+    report = opts.report
+    verdict = {True: "met", False: "**MISSED**", None: "not measured"}
+    lines = [
+        "# osmo-run benchmark results",
+        "",
+        f"Generated by `{command}` on {started:%Y-%m-%d %H:%M} UTC in {elapsed / 60:.1f} min "
+        "(bench/README.md explains every figure).",
+        "",
+        *machine_facts(),
+        "",
+        "## Targets",
+        "",
+        "| # | figure | measured | target | verdict |",
+        "|---|---|---|---|---|",
+        *[
+            f"| {t.workload} | {t.what} | {t.measured} | {t.target} | {verdict[t.met]} |"
+            for t in report.targets
+        ],
+        "",
+        "## Measurements",
+        "",
+        "Wall time is spawn-to-exit of a fresh process (start-up, imports, osmo-run's dataset "
+        f"validation pass and summary included); where a figure was run {opts.repeats} times "
+        "(interleaved), the best run counts and all are listed. Before each run the script "
+        f"waits (up to {QUIET_MAX_WAIT:.0f} s) for the CPUs to be < {QUIET_BELOW:.0%} busy; "
+        f"busy share seen before runs: median {statistics.median(LOAD_SEEN or [0]):.0%}, "
+        f"max {max(LOAD_SEEN or [0]):.0%}. CPU s = user + system time of the process.",
+        "",
+        "\n\n".join(report.sections),
+        "",
+        *[f"{n}" for n in report.notes],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="20k rows instead of 100k, one run each, no 1M-row memory run",
+    )
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(NAMES)}")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile osmo-run (py-spy, tracemalloc, RSS timeline)",
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="runs per timed figure")
+    parser.add_argument(
+        "--rev",
+        default=None,
+        help="measure osmo_run as committed at this git revision (e.g. HEAD) instead of the "
+        "working tree",
+    )
+    args = parser.parse_args()
+    only = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
+    unknown = set(only) - set(NAMES)
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose from {', '.join(NAMES)}")
+    if not OSMO_RUN.exists():
+        parser.error(f"{OSMO_RUN} is missing: run with the dev venv's python (make example)")
+    repeats = args.repeats or (1 if args.quick else 3)
+    opts = Options(args.quick, args.profile, repeats, Report())
+    command = shlex.join([".venv/bin/python", "bench/run.py", *sys.argv[1:]])
+    started_at = datetime.now(UTC)
+    started = time.perf_counter()
+    OUT.mkdir(parents=True, exist_ok=True)
+    if args.rev:
+        use_revision(args.rev)
+    rss_method_check(opts)
+    failures = []
+    for name in only:
+        try:
+            WORKLOAD_FNS[name](opts)
+        except BenchError as exc:
+            failures.append(name)
+            opts.report.text(f"### {name}\n\nFAILED to measure: {exc}")
+    if args.profile:
+        try:
+            profiles(opts)
+        except BenchError as exc:
+            opts.report.text(f"profiles FAILED: {exc}")
+    text = write_results(opts, command, started_at, time.perf_counter() - started)
+    (BENCH / "RESULTS.md").write_text(text, encoding="utf-8")
+    verdict = {True: "met", False: "MISSED", None: "not measured"}
+    print("\n## Targets\n")
+    for t in opts.report.targets:
+        print(f"  [{verdict[t.met]:>12}] {t.workload}. {t.what}: {t.measured} (target {t.target})")
+    print(f"\nwrote {BENCH / 'RESULTS.md'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Workflows, graders and driver loops of the benchmarks (bench/run.py runs them)."""
