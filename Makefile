@@ -19,13 +19,13 @@ $(STAMP): pyproject.toml scripts/find-python scripts/install-embedded-llm.sh
 
 # The example fails some rows on purpose (exit code 1), which is not a failed set-up.
 example: $(STAMP)
-	@$(VENV)/bin/osmo-run local datasets/example.jsonl --spec configs/example.yaml; \
+	@$(VENV)/bin/osmo-run local datasets/example.jsonl --spec configs/example.yaml --overwrite; \
 	  code=$$?; [ $$code -le 1 ] || exit $$code; \
 	  echo "(osmo-run exited $$code: the example fails some rows on purpose)"
 
 # The LLM example against the embedded model (SmolLM2-135M-Instruct on 127.0.0.1, no key).
 llm-example: $(STAMP)
-	$(VENV)/bin/osmo-run local datasets/llm-small.jsonl --spec configs/llm-embedded.yaml
+	$(VENV)/bin/osmo-run local datasets/llm-small.jsonl --spec configs/llm-embedded.yaml --overwrite
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
