@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,39 @@ def _decode(number: int, raw: bytes) -> str | _RowError:
         return _RowError(f"not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8")
 
 
+class _HashTable64:
+    """A set of hash values in one flat array (open addressing, at most half full): memory
+    per member is 16 bytes, where a Python set of ints needs about 70."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._slots = array("q", bytes(8 * capacity))
+        self._count = 0
+
+    def add(self, value: int) -> bool:
+        """Add ``value``; return whether it (or a value equal in its low 63 bits) was there."""
+        value = (value & 0x7FFF_FFFF_FFFF_FFFF) or 1  # 0 marks an empty slot
+        if 2 * (self._count + 1) > len(self._slots):
+            self._grow()
+        slots = self._slots
+        mask = len(slots) - 1
+        index = value & mask
+        while (current := slots[index]) != 0:
+            if current == value:
+                return True
+            index = (index + 1) & mask
+        slots[index] = value
+        self._count += 1
+        return False
+
+    def _grow(self) -> None:
+        old = self._slots
+        self._slots = array("q", bytes(16 * len(old)))
+        self._count = 0
+        for value in old:
+            if value:
+                self.add(value)
+
+
 class Dataset:
     """A JSONL file read lazily, as often as needed (validation pass, then the run).
 
@@ -246,9 +280,9 @@ class Dataset:
         """
         count = 0
         problems: list[str] = []
-        # Hashes, not ids: a set of ints costs a third of a dict of strings at a million rows.
+        # Hashes, not ids, in a flat table: 16 bytes a row instead of ~130 for a dict of ids.
         # A hash seen twice makes the id a suspect, confirmed (with its lines) in a second pass.
-        seen_hashes: set[int] = set()
+        seen_hashes = _HashTable64()
         numeric_ids: set[int] = set()
         line_named = False
         suspects: set[str] = set()
@@ -265,10 +299,8 @@ class Dataset:
             if not row.explicit_id:
                 line_named = True
                 continue  # a line-number id is unique; remembering it would cost memory per row
-            key = hash(row.row_id)
-            if key in seen_hashes:
+            if seen_hashes.add(hash(row.row_id)):
                 suspects.add(row.row_id)
-            seen_hashes.add(key)
             if row.row_id.isdigit():
                 numeric_ids.add(int(row.row_id))
         if count == 0:
