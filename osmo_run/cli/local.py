@@ -132,7 +132,6 @@ def local(
         ),
         description=f"osmo-run local {dataset}",
         llm=llm,  # for `llm: embedded`, the run sets it to the server it starts
-        info={"code_dir": str((run_spec.code_dir or Path.cwd()).resolve())},
     )
 
     def make_backend(paths: RunPaths, run_id: str) -> LocalBackend:

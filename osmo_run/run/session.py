@@ -131,6 +131,7 @@ def build_manifest(settings: RunSettings, dataset: Dataset, rows: int) -> Manife
     }
     info: dict[str, Any] = {
         "osmo_run_version": __version__,
+        "code_dir": str((spec.code_dir or Path.cwd()).resolve()),  # where regrade imports from
         "dataset_path": str(settings.dataset.resolve()),  # regrade finds it from anywhere
         "concurrency": workflow_config.concurrency.max_concurrent,
         "llm_base_url": None if spec.llm is None else spec.llm.base_url,

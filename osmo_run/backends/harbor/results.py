@@ -221,9 +221,3 @@ def trial_to_result(
     if verifier_sec is not None:
         result.timings.grader_sec = verifier_sec
     return result
-
-
-def trial_wall_seconds(trial: TrialResult) -> float | None:
-    start: datetime | None = trial.started_at
-    end: datetime | None = trial.finished_at
-    return None if start is None or end is None else (end - start).total_seconds()
