@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from osmo_run.sdk._rollout import ResultCallback
-from osmo_run.sdk.types import ExecutionRequest
+from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.types import ExecutionRequest, ExecutionResult
 
-ProgressListener = Callable[[str, str], None]
-"""Called as ``listener(rollout_id, phase)`` when a rollout enters a backend-specific phase
-(``running``, ``environment``, ``agent``, ``verifier``...), for the live display."""
+__all__ = ["ExecutionBackend", "ProgressListener", "ProgressPhase", "ResultCallback"]
 
-__all__ = ["ExecutionBackend", "ProgressListener", "ResultCallback"]
+ResultCallback = Callable[[ExecutionResult], Any]
+"""Receives a rollout's result: ``on_workflow_complete`` and ``on_grader_complete``."""
+
+
+class ProgressPhase(enum.StrEnum):
+    """Where an in-flight rollout is, as the live display shows it."""
+
+    QUEUED = "queued"
+    """Dispatched, waiting for a slot in the backend."""
+    WORKFLOW = "workflow"
+    GRADING = "grading"
+    """The workflow finished; the grader is about to run."""
+    GRADER = "grader"
+    TRIAL_STARTING = "starting"
+    """Harbor: the trial was created."""
+    ENVIRONMENT = "environment"
+    """Harbor: the trial's environment is starting."""
+    AGENT = "agent"
+    """Harbor: the workflow runs inside the trial."""
+    VERIFIER = "verifier"
+    """Harbor: the grader (or the task's tests) runs inside the trial."""
+
+
+ProgressListener = Callable[[str, ProgressPhase], None]
+"""Called as ``listener(rollout_id, phase)`` when a rollout enters a phase, for the display."""
 
 
 class ExecutionBackend(ABC):
@@ -31,7 +54,7 @@ class ExecutionBackend(ABC):
     """
 
     _progress: ProgressListener | None = None
-    cancel_grace_sec: float = 5.0
+    cancel_grace_sec: float = INTERRUPT_GRACE_SEC
     """How long the runner waits for cancelled rows to wind down after an interrupt."""
 
     @abstractmethod
@@ -55,7 +78,7 @@ class ExecutionBackend(ABC):
         """Receive phase changes of in-flight rollouts (optional for backends to report)."""
         self._progress = listener
 
-    def _report_progress(self, rollout_id: str, phase: str) -> None:
+    def _report_progress(self, rollout_id: str, phase: ProgressPhase) -> None:
         if self._progress is not None:
             self._progress(rollout_id, phase)
 

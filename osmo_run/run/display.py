@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from osmo_run.backends.base import ProgressPhase
 from osmo_run.run.stats import MeanEstimate
 from osmo_run.run.summary import RunSummary, UsageSummary
 from osmo_run.sdk.types import ExecutionResult, RolloutStatus
@@ -25,6 +26,7 @@ from osmo_run.sdk.types import ExecutionResult, RolloutStatus
 class _InFlight:
     started: float
     phase: str
+    """A :class:`ProgressPhase`, or the text of a retry in waiting."""
     retry_at: float | None = None
 
     def phase_text(self, now: float) -> str:
@@ -42,7 +44,7 @@ class Display(Protocol):
 
     def start(self, total: int, description: str) -> None: ...
     def row_started(self, row_id: str) -> None: ...
-    def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_phase(self, row_id: str, phase: ProgressPhase) -> None: ...
     def row_retrying(
         self,
         row_id: str,
@@ -95,11 +97,11 @@ class _Counts:
 
 
 class NullDisplay:
-    """Shows nothing (``--quiet``, benchmarks)."""
+    """Shows nothing (``--display none``, benchmarks)."""
 
     def start(self, total: int, description: str) -> None: ...
     def row_started(self, row_id: str) -> None: ...
-    def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_phase(self, row_id: str, phase: ProgressPhase) -> None: ...
     def row_retrying(
         self,
         row_id: str,
@@ -140,7 +142,7 @@ class PlainDisplay:
 
     def row_started(self, row_id: str) -> None: ...
 
-    def row_phase(self, row_id: str, phase: str) -> None: ...
+    def row_phase(self, row_id: str, phase: ProgressPhase) -> None: ...
 
     def row_retrying(
         self,
@@ -251,9 +253,9 @@ class LiveDisplay:
         self._live.start()
 
     def row_started(self, row_id: str) -> None:
-        self._in_flight[row_id] = _InFlight(time.monotonic(), "queued")
+        self._in_flight[row_id] = _InFlight(time.monotonic(), ProgressPhase.QUEUED)
 
-    def row_phase(self, row_id: str, phase: str) -> None:
+    def row_phase(self, row_id: str, phase: ProgressPhase) -> None:
         entry = self._in_flight.get(row_id)
         if entry is not None:
             entry.phase = phase
@@ -306,7 +308,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def _ci(estimate: MeanEstimate | None) -> str:
+def _confidence_interval(estimate: MeanEstimate | None) -> str:
     if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
         return ""
     return f" ±{_fmt(estimate.stderr, 2)} (95% CI {_fmt(estimate.ci_low)}–{_fmt(estimate.ci_high)})"
@@ -345,11 +347,13 @@ def render_summary(summary: RunSummary) -> RenderableType:
     unit = "rollouts" if summary.samples_per_row > 1 else "rows"
     statuses = " · ".join(f"{k} {v}" for k, v in summary.by_status.items()) or "none"
     table.add_row(unit, f"{summary.total} ({statuses})")
+    all_interval = _confidence_interval(summary.all_estimate)
+    graded_interval = _confidence_interval(summary.graded_estimate)
     table.add_row(
         "reward",
-        f"mean {_fmt(summary.mean_reward_all)}{_ci(summary.all_estimate)} over all "
+        f"mean {_fmt(summary.mean_reward_all)}{all_interval} over all "
         f"{summary.total} {unit} (no reward = 0)\n"
-        f"mean {_fmt(summary.mean_reward_graded)}{_ci(summary.graded_estimate)} over "
+        f"mean {_fmt(summary.mean_reward_graded)}{graded_interval} over "
         f"{summary.graded} graded · min {_fmt(summary.reward_min)} · "
         f"max {_fmt(summary.reward_max)}",
     )

@@ -78,13 +78,15 @@ class OutputRecord(BaseModel):
 
 
 def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:
-    """An :class:`AttemptRecord` for a failed try that is retried."""
+    """An :class:`AttemptRecord` for a failed try that is retried: the error fields of
+    ``result.to_dict()``."""
+    data = result.to_dict()
     return {
         "attempt": attempt,
-        "error_category": None if result.error_category is None else result.error_category.value,
-        "error_message": result.error_message,
-        "error_phase": None if result.error_phase is None else result.error_phase.value,
-        "total_sec": round(result.timings.total_sec, 6),
+        "error_category": data["error_category"],
+        "error_message": data["error_message"],
+        "error_phase": data["error_phase"],
+        "total_sec": data["timings"]["total_sec"],
     }
 
 
@@ -97,37 +99,20 @@ def record_dict(
     attempt: int = 1,
     attempts: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The JSON object for one finished rollout (see :class:`OutputRecord`)."""
-    timings = result.timings
-    sample = result.sample
+    """The JSON object for one finished rollout (see :class:`OutputRecord`): where it sits
+    in the dataset, its attempts, and ``result.to_dict()``. ``ExecutionResult.from_dict``
+    reads a record back into a result."""
+    data = result.to_dict()
     return {
         "schema_version": SCHEMA_VERSION,
         "row_id": row_id,
-        "rollout_id": result.rollout_id,
+        "rollout_id": data.pop("rollout_id"),
         "row_index": row_index,
         "sample_index": sample_index,
         "line": line,
         "attempt": attempt,
         "attempts": attempts or [],
-        "status": result.status.value,
-        "reward": None if sample is None else sample.reward,
-        "error_category": None if result.error_category is None else result.error_category.value,
-        "error_message": result.error_message,
-        "error_phase": None if result.error_phase is None else result.error_phase.value,
-        "grader_skipped": result.grader_skipped,
-        "timings": {
-            "queued_sec": round(timings.queued_sec, 6),
-            "setup_sec": timings.setup_sec,
-            "workflow_sec": timings.workflow_sec,
-            "grader_sec": timings.grader_sec,
-            "total_sec": round(timings.total_sec, 6),
-        },
-        "sample": None
-        if sample is None
-        else {"messages": sample.messages, "metrics": sample.metrics},
-        "info": result.info,
-        "backend": result.extra,
-        "usage": None if result.usage is None else result.usage.to_dict(),
+        **data,
     }
 
 

@@ -23,9 +23,9 @@ from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import RunPaths, iter_records
 from osmo_run.run.spec import parse_shard
 from osmo_run.run.summary import RunSummary
-from osmo_run.sdk._imports import resolve_class
-from osmo_run.sdk._rollout import grader_skip_reason, run_grader_phase, run_to_completion
 from osmo_run.sdk.config import GraderConfig
+from osmo_run.sdk.imports import resolve_class
+from osmo_run.sdk.rollout import grader_skip_reason, run_grader_phase, run_to_completion
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
 from osmo_run.sdk.workflow import Grader
 
@@ -80,53 +80,92 @@ def regrade(
         raise InputError("the run had no grader; name one with --grader module:Class")
     settings = dict(defining.get("grader_settings") or {}) if grader_path is None else {}
     grader = resolve_class(grader_name, Grader, "grader")
-    config = GraderConfig(settings=settings)
     paths = RunPaths(output) if output else _regraded_paths(run, str(grader_name), settings)
     if paths.results.exists() and paths.results.stat().st_size > 0:
         if not overwrite:
             raise OutputError(f"{paths.results}: already holds results; pass --overwrite")
         paths.results.unlink()
-    new_manifest = Manifest(
+    paths.directory.mkdir(parents=True, exist_ok=True)
+    write_manifest(paths.manifest, _regrade_manifest(manifest, run, grader_name, settings))
+    regrader = _Regrader(run, requests, grader, GraderConfig(settings=settings), concurrency)
+    builder = run.builder()
+
+    async def main() -> None:
+        with OutputWriter(paths.results) as writer:
+            pending = [regrader.grade(record) for record in iter_records(run.paths.results)]
+            for done in asyncio.as_completed(pending):
+                record = await done
+                writer.write(record_line(record))
+                builder.add_record(record)
+
+    run_to_completion(main())
+    return builder.build(output=str(paths.results)), paths
+
+
+def _regrade_manifest(
+    manifest: Manifest, run: LoadedRun, grader: str, settings: dict[str, Any]
+) -> Manifest:
+    """The regraded run's identity: the original's, with the new grader and a link back."""
+    return Manifest(
         defining={
-            **defining,
-            "grader": grader_name,
+            **manifest.defining,
+            "grader": grader,
             "grader_settings": settings,
             "regrade_of": manifest.run_id,
         },
         info={**manifest.info, "regraded_from": str(run.paths.results)},
         dataset_name=manifest.dataset_name,
     )
-    builder = run.builder()
-    paths.directory.mkdir(parents=True, exist_ok=True)
-    write_manifest(paths.manifest, new_manifest)
 
-    async def grade_one(record: dict[str, Any], slots: asyncio.Semaphore) -> dict[str, Any]:
-        request = requests.get(int(record.get("row_index", 0)))
-        sample = record.get("sample")
+
+class _Regrader:
+    """Grades saved records again, at most ``concurrency`` at once, in this process."""
+
+    def __init__(
+        self,
+        run: LoadedRun,
+        requests: dict[int, ExecutionRequest],
+        grader: Any,
+        config: GraderConfig,
+        concurrency: int,
+    ) -> None:
+        self._run = run
+        self._requests = requests
+        self._grader = grader
+        self._config = config
+        self._slots = asyncio.Semaphore(concurrency)
+
+    async def grade(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record graded again; as it is when its workflow failed or it has no sample."""
+        request = self._requests.get(int(record.get("row_index", 0)))
         workflow_ok = record.get("status") == "success" or record.get("error_phase") == "grader"
-        if request is None or sample is None or not workflow_ok:
+        if request is None or record.get("sample") is None or not workflow_ok:
             return record
-        rollout_id = str(record.get("rollout_id", record["row_id"]))
-        request = dataclasses.replace(request, id=rollout_id)  # row~k: the grader's own id
+        saved = ExecutionResult.from_dict(record)
         result = ExecutionResult(
-            rollout_id=rollout_id,
+            rollout_id=saved.rollout_id,
             status=RolloutStatus.SUCCESS,
-            sample=RolloutSample(list(sample["messages"]), dict(sample["metrics"])),
-            info=dict(record.get("info") or {}),
-            extra=dict(record.get("backend") or {}),
+            sample=RolloutSample(saved.sample.messages, saved.sample.metrics)
+            if saved.sample
+            else None,
+            info=saved.info,
+            backend=saved.backend,
+            usage=saved.usage,
         )
-        timings = record.get("timings") or {}
+        request = dataclasses.replace(request, id=saved.rollout_id)  # row~k: the grader's own id
         skip = grader_skip_reason(request, has_grader=True)
         if skip is not None:
             result.grader_skipped = skip
         else:
-            async with slots:
+            async with self._slots:
                 # the workflow's artifacts, where the grader found them during the run
-                artifacts = run.paths.artifacts
-                result = await run_grader_phase(request, result, grader, config, artifacts)
-        result.timings.workflow_sec = timings.get("workflow_sec")
-        result.timings.queued_sec = float(timings.get("queued_sec") or 0.0)
-        result.timings.total_sec = float(timings.get("workflow_sec") or 0.0) + (
+                artifacts = self._run.paths.artifacts
+                result = await run_grader_phase(
+                    request, result, self._grader, self._config, artifacts
+                )
+        result.timings.workflow_sec = saved.timings.workflow_sec
+        result.timings.queued_sec = saved.timings.queued_sec
+        result.timings.total_sec = (saved.timings.workflow_sec or 0.0) + (
             result.timings.grader_sec or 0.0
         )
         return record_dict(
@@ -138,16 +177,3 @@ def regrade(
             int(record.get("attempt", 1)),
             list(record.get("attempts") or []),
         )
-
-    async def main() -> None:
-        slots = asyncio.Semaphore(concurrency)
-        with OutputWriter(paths.results) as writer:
-            pending = [grade_one(record, slots) for record in iter_records(run.paths.results)]
-            for done in asyncio.as_completed(pending):
-                record = await done
-                writer.write(record_line(record))
-                builder.add_record(record)
-
-    run_to_completion(main())
-    summary = builder.build(output=str(paths.results))
-    return summary, paths

@@ -15,14 +15,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from osmo_run.backends.base import ExecutionBackend
+from osmo_run.backends.base import ExecutionBackend, ProgressPhase
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import attempt_dict, record_dict, record_line
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.summary import RunSummary, SummaryBuilder
-from osmo_run.sdk._rollout import start_task
+from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
@@ -30,9 +31,6 @@ from osmo_run.sdk.types import (
     Phase,
     RolloutStatus,
 )
-
-CANCEL_WAIT_SEC = 5.0
-"""How long in-flight rows may take to stop after an interrupt before they are abandoned."""
 
 DEFAULT_WINDOW = 256
 """Rows in flight when the backend sets no limit (``max_concurrency == 0``)."""
@@ -178,7 +176,7 @@ class Runner:
 
         def on_workflow_complete(result: ExecutionResult) -> None:
             if result.status is RolloutStatus.GRADING:
-                self._display.row_phase(item.rollout_id, "grading")
+                self._display.row_phase(item.rollout_id, ProgressPhase.GRADING)
             else:
                 deliver(result)
 
@@ -188,10 +186,10 @@ class Runner:
             raise
         except Exception as exc:
             message = f"the backend failed: {type(exc).__name__}: {exc}"
-            deliver(_failure(item, ErrorCategory.INTERNAL_ERROR, message))
+            deliver(ExecutionResult.failure(item.rollout_id, ErrorCategory.INTERNAL_ERROR, message))
         if not final.done():
             message = "the backend returned without a result (a backend bug)"
-            deliver(_failure(item, ErrorCategory.INTERNAL_ERROR, message))
+            deliver(ExecutionResult.failure(item.rollout_id, ErrorCategory.INTERNAL_ERROR, message))
         return final.result()
 
     async def _run_one(self, flight: _Flight) -> None:
@@ -201,8 +199,10 @@ class Runner:
         waited = 0.0
         try:
             if item.request is None:
-                message = item.row.error
-                self._record(flight, _failure(item, ErrorCategory.VALIDATION_ERROR, message))
+                bad_row = ExecutionResult.failure(
+                    item.rollout_id, ErrorCategory.VALIDATION_ERROR, item.row.error
+                )
+                self._record(flight, bad_row)
                 return
             while True:
                 result = await self._attempt(item)
@@ -264,49 +264,37 @@ class Runner:
         return summary
 
     async def _drain(self) -> None:
-        """Wait for in-flight rows; after an interrupt, give them ``CANCEL_WAIT_SEC``."""
+        """Wait for in-flight rows; after an interrupt, give them ``INTERRUPT_GRACE_SEC`` (or
+        the backend's ``cancel_grace_sec`` when longer)."""
         assert self._wake is not None
         while self._tasks and not self._interrupted:
             self._wake.clear()
             await self._wake.wait()
         if not self._tasks:
             return
-        grace = max(CANCEL_WAIT_SEC, self._backend.cancel_grace_sec)
+        grace = max(INTERRUPT_GRACE_SEC, self._backend.cancel_grace_sec)
         _, still_running = await asyncio.wait(set(self._tasks), timeout=grace)
+        abandoned_after = grace if still_running else None
         for flight in list(self._flights.values()):
-            self._record(flight, _cancelled(flight.item, abandoned=bool(still_running)))
-
-
-def _failure(item: WorkItem, category: ErrorCategory, message: str | None) -> ExecutionResult:
-    return ExecutionResult(
-        rollout_id=item.rollout_id,
-        status=RolloutStatus.FAILURE,
-        error_category=category,
-        error_message=message,
-        error_phase=Phase.SETUP,
-    )
+            self._record(flight, _cancelled(flight.item, abandoned_after))
 
 
 def _unwritable(result: ExecutionResult, exc: BaseException) -> ExecutionResult:
     """The failure recorded instead of a result that JSON cannot hold; the run goes on."""
-    return ExecutionResult(
-        rollout_id=result.rollout_id,
-        status=RolloutStatus.FAILURE,
-        error_category=ErrorCategory.VALIDATION_ERROR,
-        error_message=f"the result cannot be written as JSON ({type(exc).__name__}: {exc}); "
-        "messages, metrics and info must hold JSON values (no NaN, no cycles)",
-        error_phase=result.error_phase or Phase.WORKFLOW,
-        timings=result.timings,
+    message = (
+        f"the result cannot be written as JSON ({type(exc).__name__}: {exc}); "
+        "messages, metrics and info must hold JSON values (no NaN, no cycles)"
     )
+    phase = result.error_phase or Phase.WORKFLOW
+    unwritable = ExecutionResult.failure(
+        result.rollout_id, ErrorCategory.VALIDATION_ERROR, message, phase
+    )
+    unwritable.timings = result.timings
+    return unwritable
 
 
-def _cancelled(item: WorkItem, abandoned: bool = False) -> ExecutionResult:
+def _cancelled(item: WorkItem, abandoned_after_sec: float | None = None) -> ExecutionResult:
     message = "the run was interrupted before this row finished"
-    if abandoned:
-        message += f"; it did not stop within {CANCEL_WAIT_SEC:g}s and was abandoned"
-    return ExecutionResult(
-        rollout_id=item.rollout_id,
-        status=RolloutStatus.CANCELLED,
-        error_category=ErrorCategory.CANCELLED,
-        error_message=message,
-    )
+    if abandoned_after_sec is not None:
+        message += f"; it did not stop within {abandoned_after_sec:g}s and was abandoned"
+    return ExecutionResult.failure(item.rollout_id, ErrorCategory.CANCELLED, message, None)

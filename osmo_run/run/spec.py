@@ -222,7 +222,7 @@ class RunSpec(_Strict):
             raise ValueError("must be an import path like 'package.module:ClassName'")
         return value
 
-    def agent_workflow_config(self) -> AgentWorkflowConfig:
+    def build_workflow_config(self) -> AgentWorkflowConfig:
         """The workflow config, with ``concurrency`` applied; :class:`SpecError` if invalid."""
         try:
             config = AgentWorkflowConfig.from_dict(self.workflow_config)
@@ -232,7 +232,7 @@ class RunSpec(_Strict):
             config.concurrency.max_concurrent = self.concurrency
         return config
 
-    def grader_config_object(self) -> GraderConfig:
+    def build_grader_config(self) -> GraderConfig:
         try:
             return GraderConfig.from_dict(self.grader_config)
         except (TypeError, ValueError) as exc:

@@ -13,9 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
-from osmo_run.run.stats import percentile as percentile
-from osmo_run.sdk.types import ExecutionResult, LLMUsage
+from osmo_run.run.stats import (
+    MeanEstimate,
+    estimate_mean,
+    mean_pass_at_k,
+    pass_at_k_ks,
+    percentile,
+)
+from osmo_run.sdk.types import LLMUsage
 
 
 @dataclass
@@ -225,17 +230,6 @@ class SummaryBuilder:
             counts = self._per_row.setdefault(row_index, [0, 0])
             counts[0] += 1
             counts[1] += passed
-
-    def add(self, result: ExecutionResult, row_index: int = 0) -> None:
-        self.add_values(
-            result.status.value,
-            None if result.error_category is None else result.error_category.value,
-            result.reward,
-            result.grader_skipped,
-            result.timings.total_sec,
-            row_index,
-            result.usage,
-        )
 
     def add_record(self, record: dict[str, Any]) -> None:
         """Count one output-file record (see :mod:`osmo_run.run.records`)."""

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from osmo_run.errors import OsmoRunError
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec
-from osmo_run.sdk._imports import DependencyImportError, ensure_on_path, resolve_class
+from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 MAX_ROW_PROBLEMS = 50
@@ -49,7 +49,7 @@ def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
                 result.problems.append(str(exc))
         except OsmoRunError as exc:
             result.problems.append(str(exc))
-    for check in (spec.agent_workflow_config, spec.grader_config_object):
+    for check in (spec.build_workflow_config, spec.build_grader_config):
         try:
             check()
         except OsmoRunError as exc:
@@ -147,7 +147,7 @@ def _check_environment(env: str, result: Validation) -> None:
 
 def _check_task(task_dir: Path, env: str, result: Validation) -> None:
     try:
-        from osmo_run.backends.harbor.backend import check_task_dir
+        from osmo_run.backends.harbor.preflight import check_task_dir
     except OsmoRunError as exc:
         result.problems.append(str(exc))
         return

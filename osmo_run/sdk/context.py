@@ -84,15 +84,6 @@ def get_rollout_context() -> RolloutContext:
     return ctx
 
 
-def install_rollout_context(ctx: RolloutContext) -> contextvars.Token[RolloutContext | None]:
-    """Install ``ctx`` in the current context; pass the token to ``_current.reset`` to undo."""
-    return _current.set(ctx)
-
-
-def reset_rollout_context(token: contextvars.Token[RolloutContext | None]) -> None:
-    _current.reset(token)
-
-
 class _ArtifactsDirMixin:
     _artifacts_root: Path | None
     rollout_id: str

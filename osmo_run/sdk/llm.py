@@ -16,20 +16,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from osmo_run.errors import ModelAPIError, RateLimitError
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.types import Message
 
-
-class ModelAPIError(Exception):
-    """The model endpoint failed or answered something that is not a chat completion."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class RateLimitError(ModelAPIError):
-    """The model endpoint answered 429 Too Many Requests."""
+__all__ = ["ModelAPIError", "RateLimitError", "chat_completion", "record_usage"]
 
 
 def _endpoint(endpoint: LLMEndpoint | None) -> LLMEndpoint:

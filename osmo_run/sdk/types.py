@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,74 @@ class Timings:
     grader_sec: float | None = None
     total_sec: float = 0.0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The output record's ``timings`` object."""
+        return {
+            "queued_sec": round(self.queued_sec, 6),
+            "setup_sec": self.setup_sec,
+            "workflow_sec": self.workflow_sec,
+            "grader_sec": self.grader_sec,
+            "total_sec": round(self.total_sec, 6),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Timings:
+        """Read back :meth:`to_dict`; missing or unreadable values take their defaults."""
+        if not isinstance(data, dict):
+            return cls()
+
+        def seconds(name: str) -> float | None:
+            value = data.get(name)
+            return float(value) if isinstance(value, int | float) else None
+
+        return cls(
+            queued_sec=seconds("queued_sec") or 0.0,
+            setup_sec=seconds("setup_sec"),
+            workflow_sec=seconds("workflow_sec"),
+            grader_sec=seconds("grader_sec"),
+            total_sec=seconds("total_sec") or 0.0,
+        )
+
+
+_RATE_LIMIT_NAMES = frozenset({"RateLimitError"})
+_MODEL_API_NAMES = frozenset(
+    {"ModelAPIError", "APIError", "APIStatusError", "APIConnectionError", "InternalServerError"}
+)
+
+
+def categorize_exception(exc: BaseException) -> ErrorCategory:
+    """Map an exception raised by a workflow or grader to its :class:`ErrorCategory`.
+
+    ``TimeoutError`` → TIMEOUT; a class named ``RateLimitError`` anywhere in its MRO →
+    RATE_LIMIT; model-client errors (``APIError``, ``APIConnectionError``, ...) →
+    MODEL_API_ERROR; ``ValueError``/``TypeError``/``AssertionError`` → VALIDATION_ERROR;
+    anything else → AGENT_ERROR. Names, not classes, so no client library is imported.
+    """
+    if isinstance(exc, TimeoutError):
+        return ErrorCategory.TIMEOUT
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _RATE_LIMIT_NAMES:
+        return ErrorCategory.RATE_LIMIT
+    if names & _MODEL_API_NAMES:
+        return ErrorCategory.MODEL_API_ERROR
+    if isinstance(exc, ValueError | TypeError | AssertionError):
+        return ErrorCategory.VALIDATION_ERROR
+    return ErrorCategory.AGENT_ERROR
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message (at file:line in func)"``, naming where the exception was raised."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    if frames:
+        last = frames[-1]
+        text += f" (at {last.filename}:{last.lineno} in {last.name})"
+    return text
+
+
+def _enum_value(value: enum.Enum | None) -> str | None:
+    return None if value is None else str(value.value)
+
 
 @dataclass
 class ExecutionResult:
@@ -185,10 +254,11 @@ class ExecutionResult:
 
     ``status`` is ``GRADING`` only in the result handed to ``on_workflow_complete`` when a
     grader will run next; otherwise it is terminal. A ``FAILURE`` or ``CANCELLED`` result
-    carries ``error_category``, ``error_message`` and ``error_phase``. ``grader_skipped``
-    says why a successful rollout was not graded. ``extra`` holds backend diagnostics
-    (trial id, trial directory) that go to the output file. ``usage`` is what the workflow
-    spent on its model (``None`` when it made no model call that reported usage).
+    carries ``error_category``, ``error_message`` and ``error_phase`` (build one with
+    :meth:`failure` or :meth:`from_exception`). ``grader_skipped`` says why a successful
+    rollout was not graded. ``backend`` holds backend diagnostics (trial id, trial
+    directory) that go to the output file. ``usage`` is what the workflow spent on its
+    model (``None`` when it made no model call that reported usage).
     """
 
     rollout_id: str
@@ -200,8 +270,42 @@ class ExecutionResult:
     grader_skipped: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)
-    extra: dict[str, Any] = field(default_factory=dict)
+    backend: dict[str, Any] = field(default_factory=dict)
     usage: LLMUsage | None = None
+
+    @classmethod
+    def failure(
+        cls,
+        rollout_id: str,
+        category: ErrorCategory,
+        message: str | None,
+        phase: Phase | None = Phase.SETUP,
+        sample: RolloutSample | None = None,
+    ) -> ExecutionResult:
+        """A failed rollout; status ``CANCELLED`` when ``category`` is ``CANCELLED``."""
+        cancelled = category is ErrorCategory.CANCELLED
+        return cls(
+            rollout_id=rollout_id,
+            status=RolloutStatus.CANCELLED if cancelled else RolloutStatus.FAILURE,
+            sample=sample,
+            error_category=category,
+            error_message=message,
+            error_phase=phase,
+        )
+
+    @classmethod
+    def from_exception(
+        cls,
+        rollout_id: str,
+        exc: BaseException,
+        phase: Phase,
+        sample: RolloutSample | None = None,
+    ) -> ExecutionResult:
+        """The failure ``exc`` stands for: its category (:func:`categorize_exception`) and a
+        message naming it and where it was raised (:func:`describe_exception`)."""
+        return cls.failure(
+            rollout_id, categorize_exception(exc), describe_exception(exc), phase, sample
+        )
 
     @property
     def reward(self) -> float | None:
@@ -210,3 +314,54 @@ class ExecutionResult:
     @property
     def ok(self) -> bool:
         return self.status is RolloutStatus.SUCCESS
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The former name of :attr:`backend`."""
+        return self.backend
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as JSON data: the output record's result fields (see
+        :mod:`osmo_run.run.records`), and what sandbox runners hand back to the host."""
+        sample = self.sample
+        return {
+            "rollout_id": self.rollout_id,
+            "status": self.status.value,
+            "reward": None if sample is None else sample.reward,
+            "error_category": _enum_value(self.error_category),
+            "error_message": self.error_message,
+            "error_phase": _enum_value(self.error_phase),
+            "grader_skipped": self.grader_skipped,
+            "timings": self.timings.to_dict(),
+            "sample": None if sample is None else sample.to_dict(),
+            "info": self.info,
+            "backend": self.backend,
+            "usage": None if self.usage is None else self.usage.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionResult:
+        """Read back :meth:`to_dict` (or a whole output record); raises ``KeyError`` or
+        ``ValueError`` when ``data`` is not such a result."""
+        sample_data = data.get("sample")
+        sample = None
+        if isinstance(sample_data, dict):
+            sample = RolloutSample(
+                messages=list(sample_data.get("messages") or []),
+                metrics=dict(sample_data.get("metrics") or {}),
+                reward=data.get("reward"),
+            )
+        category, phase = data.get("error_category"), data.get("error_phase")
+        return cls(
+            rollout_id=str(data["rollout_id"]),
+            status=RolloutStatus(data["status"]),
+            sample=sample,
+            error_category=ErrorCategory(category) if category else None,
+            error_message=data.get("error_message"),
+            error_phase=Phase(phase) if phase else None,
+            grader_skipped=data.get("grader_skipped"),
+            info=dict(data.get("info") or {}),
+            timings=Timings.from_dict(data.get("timings")),
+            backend=dict(data.get("backend") or {}),
+            usage=LLMUsage.from_dict(data.get("usage")),
+        )

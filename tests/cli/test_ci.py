@@ -20,7 +20,8 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 from typer.testing import CliRunner
 
-from osmo_run.run.session import ExitCode, RunSettings
+from osmo_run.errors import ExitCode
+from osmo_run.run.settings import RunSettings
 from tests.conftest import CLI, OSMO_RUN, REPO, Row, cli_env, jsonl_bytes, read_jsonl
 
 WriteJsonl = Callable[..., Path]

@@ -62,7 +62,7 @@ def test_a_trial_container_killed_from_outside_is_an_infra_error(tmp_path: Path)
         invocation = _wait_for_containers(process, "-victim-0__env", 1)
         deadline = time.monotonic() + 60
         victim: list[str] = []
-        while len(victim) != 1 or "osmo_run.sdk._sandbox" not in _docker("top", victim[0]):
+        while len(victim) != 1 or "osmo_run.sdk.sandbox" not in _docker("top", victim[0]):
             assert time.monotonic() < deadline, "the workflow never started in the trial"
             time.sleep(0.2)
             victim = _docker(

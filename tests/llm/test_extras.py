@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.sdk._imports import DependencyImportError, load_object
+from osmo_run.sdk.imports import DependencyImportError, load_object
 
 
 @pytest.mark.parametrize(

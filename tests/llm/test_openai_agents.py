@@ -32,8 +32,8 @@ from osmo_run.integrations.openai_agents import (  # noqa: E402
     chat_messages,
     rollout_model,
 )
-from osmo_run.sdk._rollout import run_workflow_phase  # noqa: E402
 from osmo_run.sdk.context import LLMEndpoint, RolloutContext, _current  # noqa: E402
+from osmo_run.sdk.rollout import run_workflow_phase  # noqa: E402
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus  # noqa: E402
 
 QUESTION = "What is 17 + 25? Use the add tool."

@@ -28,8 +28,8 @@ from osmo_run.integrations.strands import (  # noqa: E402
     rollout_model,
     strands_prompt,
 )
-from osmo_run.sdk._rollout import run_workflow_phase  # noqa: E402
 from osmo_run.sdk.context import LLMEndpoint, RolloutContext, _current  # noqa: E402
+from osmo_run.sdk.rollout import run_workflow_phase  # noqa: E402
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus  # noqa: E402
 
 QUESTION = "What is 17 + 25? Use the add tool."

@@ -14,10 +14,9 @@ from osmo_run import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext, L
 from osmo_run.run.display import LiveDisplay, PlainDisplay, render_summary
 from osmo_run.run.records import OutputRecord, record_dict
 from osmo_run.run.summary import SummaryBuilder
-from osmo_run.sdk._rollout import run_workflow_phase
-from osmo_run.sdk._sandbox import result_from_json, result_to_json
 from osmo_run.sdk.context import RolloutContext, _current, get_rollout_context
 from osmo_run.sdk.llm import record_usage
+from osmo_run.sdk.rollout import run_workflow_phase
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
 
 
@@ -76,7 +75,7 @@ def test_workflow_phase_reports_usage_on_success_and_failure() -> None:
         result = _phase(metadata)
         assert result.status is status
         assert result.usage == LLMUsage(1, 11, 3, 0.2)
-        assert result_from_json(result_to_json(result)).usage == result.usage  # sandboxes
+        assert ExecutionResult.from_dict(result.to_dict()).usage == result.usage  # sandboxes
     request = ExecutionRequest("r2", [{"role": "user", "content": "hi"}])
 
     class NoModel(AgentWorkflow):
@@ -104,8 +103,10 @@ def test_output_row_holds_usage_or_null() -> None:
 def test_summary_totals_tokens_and_reports_per_rollout_percentiles() -> None:
     builder = SummaryBuilder()
     for i in range(1, 11):  # rollout i: 100*i prompt tokens, 10*i completion, 1 s of model time
-        builder.add(_result(f"r{i}", LLMUsage(i, 100 * i, 10 * i, 1.0)))
-    builder.add(_result("no-model", None))
+        builder.add_record(
+            record_dict(f"r{i}", 0, 1, _result(f"r{i}", LLMUsage(i, 100 * i, 10 * i, 1.0)))
+        )
+    builder.add_record(record_dict("no-model", 0, 1, _result("no-model", None)))
     builder.add_record(record_dict("from-file", 0, 1, _result("x", LLMUsage(1, 50, 5, 0.5))))
     summary = builder.build()
     usage = summary.usage

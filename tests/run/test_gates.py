@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from osmo_run.errors import InputError
+from osmo_run.errors import ExitCode, InputError
+from osmo_run.run.finish import exit_code_for
 from osmo_run.run.gates import ErrorBudget, GateFailure, Gates, evaluate, parse_budget
-from osmo_run.run.session import ExitCode, exit_code_for
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from osmo_run.errors import InputError
-from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import MANIFEST_VERSION, Manifest, read_manifest, write_manifest
-from osmo_run.run.session import RunSettings, build_manifest
+from osmo_run.run.plan import plan_run
+from osmo_run.run.settings import RunSettings
 from osmo_run.run.spec import RunSpec
 from tests.conftest import jsonl_bytes
 
@@ -115,9 +115,7 @@ def _manifest(
     run_spec = RunSpec.model_validate(
         {"workflow": "tests.workflows:ScriptedWorkflow", **(spec or {})}
     )
-    dataset = Dataset(path, limit=run_spec.limit)
-    rows, _ = dataset.validate(stop_on_error=True)
-    return build_manifest(RunSettings(dataset=path, spec=run_spec), dataset, rows)
+    return plan_run(RunSettings(dataset=path, spec=run_spec)).manifest
 
 
 def test_settings_that_do_not_change_results_leave_the_run_id_alone(tmp_path: Path) -> None:

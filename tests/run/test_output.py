@@ -64,7 +64,7 @@ def test_records_round_trip_through_the_output_schema() -> None:
         status=RolloutStatus.SUCCESS,
         sample=RolloutSample([{"role": "assistant", "content": "x"}], {"turns": 2}, reward=0.5),
         info={"k": [1]},
-        extra={"trial": "t1"},
+        backend={"trial": "t1"},
     )
     failure = ExecutionResult(
         rollout_id="b",

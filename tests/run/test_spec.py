@@ -50,10 +50,10 @@ limit: 5
     assert spec.timeouts.grader_sec is None
     assert spec.bad_rows == "record"
     assert spec.limit == 5
-    config = spec.agent_workflow_config()
+    config = spec.build_workflow_config()
     assert config.concurrency.max_concurrent == 3
     assert config.settings == {"temperature": 0.5}
-    assert spec.grader_config_object().settings == {"strict": True}
+    assert spec.build_grader_config().settings == {"strict": True}
     assert spec.llm is not None and spec.llm.endpoint().api_key is None
 
 
@@ -68,7 +68,7 @@ def test_minimal_spec_has_documented_defaults(tmp_path: Path) -> None:
     assert spec.timeouts.grader_sec == 120
     assert spec.bad_rows == "stop"
     assert spec.code_dir is None and spec.output is None and spec.grader is None
-    assert spec.agent_workflow_config().concurrency.max_concurrent == 4
+    assert spec.build_workflow_config().concurrency.max_concurrent == 4
 
 
 def test_concurrency_overrides_the_workflow_config(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_concurrency_overrides_the_workflow_config(tmp_path: Path) -> None:
             "workflow: a:B\nconcurrency: 9\nworkflow_config: {concurrency: {max_concurrent: 2}}\n",
         )
     )
-    assert spec.agent_workflow_config().concurrency.max_concurrent == 9
+    assert spec.build_workflow_config().concurrency.max_concurrent == 9
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_bad_workflow_config_is_reported_as_a_spec_error(tmp_path: Path) -> None
     with pytest.raises(
         SpecError, match=r"workflow_config: unknown workflow_config keys \['temperature'\]"
     ):
-        spec.agent_workflow_config()
+        spec.build_workflow_config()
 
 
 def test_text_that_is_not_yaml_is_refused_with_its_line(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from osmo_run import ErrorCategory, ExecutionResult, Phase, RolloutSample, RolloutStatus, Timings
-from osmo_run.run.summary import SummaryBuilder, percentile
+from osmo_run.run.records import record_dict
+from osmo_run.run.stats import percentile
+from osmo_run.run.summary import SummaryBuilder
 
 
 def _result(
@@ -28,11 +30,26 @@ def _result(
 
 def _summary() -> SummaryBuilder:
     builder = SummaryBuilder()
-    builder.add(_result(RolloutStatus.SUCCESS, 1.0, seconds=1.0))
-    builder.add(_result(RolloutStatus.SUCCESS, 0.5, seconds=2.0))
-    builder.add(_result(RolloutStatus.SUCCESS, skipped="row has no label", seconds=3.0))
-    builder.add(_result(RolloutStatus.FAILURE, category=ErrorCategory.TIMEOUT, seconds=4.0))
-    builder.add(_result(RolloutStatus.CANCELLED, category=ErrorCategory.CANCELLED, seconds=5.0))
+    builder.add_record(record_dict("r", 0, 1, _result(RolloutStatus.SUCCESS, 1.0, seconds=1.0)))
+    builder.add_record(record_dict("r", 0, 1, _result(RolloutStatus.SUCCESS, 0.5, seconds=2.0)))
+    builder.add_record(
+        record_dict(
+            "r", 0, 1, _result(RolloutStatus.SUCCESS, skipped="row has no label", seconds=3.0)
+        )
+    )
+    builder.add_record(
+        record_dict(
+            "r", 0, 1, _result(RolloutStatus.FAILURE, category=ErrorCategory.TIMEOUT, seconds=4.0)
+        )
+    )
+    builder.add_record(
+        record_dict(
+            "r",
+            0,
+            1,
+            _result(RolloutStatus.CANCELLED, category=ErrorCategory.CANCELLED, seconds=5.0),
+        )
+    )
     return builder
 
 
@@ -73,7 +90,11 @@ def test_durations_report_percentiles() -> None:
 
 def test_reward_on_a_failed_row_is_not_counted_as_graded() -> None:
     builder = SummaryBuilder()
-    builder.add(_result(RolloutStatus.FAILURE, 1.0, category=ErrorCategory.AGENT_ERROR))
+    builder.add_record(
+        record_dict(
+            "r", 0, 1, _result(RolloutStatus.FAILURE, 1.0, category=ErrorCategory.AGENT_ERROR)
+        )
+    )
     summary = builder.build()
     assert summary.graded == 0
     assert summary.mean_reward_all == 0.0

@@ -16,13 +16,13 @@ from osmo_run import (
     Phase,
     RolloutStatus,
 )
-from osmo_run.sdk._rollout import (
+from osmo_run.sdk.llm import ModelAPIError, RateLimitError
+from osmo_run.sdk.rollout import (
     categorize_exception,
     describe_exception,
     run_grader_phase,
     run_workflow_phase,
 )
-from osmo_run.sdk.llm import ModelAPIError, RateLimitError
 from tests.conftest import make_request
 from tests.workflows import ScriptedGrader, ScriptedWorkflow
 

@@ -16,7 +16,7 @@ from osmo_run import (
     Phase,
     RolloutStatus,
 )
-from osmo_run.sdk._rollout import CANCEL_GRACE_SEC, run_grader_phase, run_workflow_phase
+from osmo_run.sdk.rollout import CANCEL_GRACE_SEC, run_grader_phase, run_workflow_phase
 from tests.conftest import make_request
 from tests.workflows import ScriptedGrader, ScriptedWorkflow, StubbornGrader, StubbornWorkflow
 

@@ -32,7 +32,7 @@ def test_public_names_are_sorted_and_importable() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["osmo_run", "osmo_run.sdk", "osmo_run.sdk._rollout", "osmo_run.sdk.llm"]
+    "module", ["osmo_run", "osmo_run.sdk", "osmo_run.sdk.rollout", "osmo_run.sdk.llm"]
 )
 def test_importing_the_sdk_loads_no_cli_dependency(module: str) -> None:
     """The venv has all of them installed; importing the SDK must still load none."""
@@ -69,7 +69,7 @@ def test_sdk_runs_a_workflow_on_python_311_with_the_stdlib_only() -> None:
         """
         import asyncio, sys
         from osmo_run import AgentWorkflow, AgentWorkflowConfig, ExecutionRequest
-        from osmo_run.sdk._rollout import run_workflow_phase
+        from osmo_run.sdk.rollout import run_workflow_phase
 
         class Hello(AgentWorkflow):
             async def run(self, ctx):

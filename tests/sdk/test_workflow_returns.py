@@ -15,7 +15,7 @@ from osmo_run import (
     RolloutStatus,
     get_rollout_context,
 )
-from osmo_run.sdk._rollout import run_workflow_phase
+from osmo_run.sdk.rollout import run_workflow_phase
 from tests.conftest import make_request
 from tests.workflows import DoubleSourceWorkflow, ScriptedWorkflow, SourceWorkflow
 

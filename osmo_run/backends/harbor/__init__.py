@@ -24,6 +24,7 @@ except ImportError:
         "the harbor backend needs the 'harbor' extra: pip install 'osmo-run[harbor]'"
     ) from None
 
-from osmo_run.backends.harbor.backend import HarborBackend, environment_config
+from osmo_run.backends.harbor.backend import HarborBackend
+from osmo_run.backends.harbor.preflight import environment_config
 
 __all__ = ["HarborBackend", "environment_config"]

@@ -1,17 +1,17 @@
 """HarborBackend: every row runs as its own Harbor trial.
 
-Per row: a trial from the row's task directory; osmo-run's agent plugin runs the workflow
-inside the environment through the sandbox runner; osmo-run's verifier plugin runs the
-grader there (or the task's own ``tests/test.sh`` when no grader is configured); results
-come back as files in the trial directory and are mapped by :mod:`.results`.
+Per row: a trial from the row's task directory (:mod:`.trial_config`); osmo-run's agent
+plugin runs the workflow inside the environment through the sandbox runner; osmo-run's
+verifier plugin runs the grader there (or the task's own ``tests/test.sh`` when no grader
+is configured); results come back as files in the trial directory and are mapped by
+:mod:`.results`. This module owns the queue, Harbor's lifecycle hooks and result delivery;
+the checks before any row runs are in :mod:`.preflight`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.metadata
-import ipaddress
 import json
 import re
 import shutil
@@ -22,110 +22,60 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from harbor.models.environment_type import EnvironmentType
-from harbor.models.trial.config import (
-    AgentConfig,
-    EnvironmentConfig,
-    TaskConfig,
-    TrialConfig,
-    VerifierConfig,
-)
+from harbor.models.trial.config import EnvironmentConfig
 from harbor.models.trial.result import TrialResult
 from harbor.trial.hooks import TrialEvent, TrialHookEvent
 from harbor.trial.queue import TrialQueue
 
-from osmo_run.backends.base import ExecutionBackend
+from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
 from osmo_run.backends.harbor import docker as docker_ops
-from osmo_run.backends.harbor.environment import PREBUILT_IMAGE_IMPORT_PATH
-from osmo_run.backends.harbor.plugins import (
-    AGENT_IMPORT_PATH,
-    AGENT_RESULT_FILE,
-    GRADER_RESULT_FILE,
-    RUNNER_MARGIN_SEC,
-    VERIFIER_IMPORT_PATH,
+from osmo_run.backends.harbor.plugins import AGENT_RESULT_FILE, GRADER_RESULT_FILE
+from osmo_run.backends.harbor.preflight import (
+    check_environment,
+    check_task_dir,
+    environment_name,
+    is_local_docker,
+    task_for_row,
 )
-from osmo_run.backends.harbor.relay import LoopbackRelay, rewrite_url, url_target
+from osmo_run.backends.harbor.relay import LoopbackRelay, reach_from_trials
 from osmo_run.backends.harbor.results import trial_to_result
 from osmo_run.backends.harbor.runtime import stage_runtime, stage_user_code
-from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
-from osmo_run.sdk._imports import import_path_of
-from osmo_run.sdk._rollout import ResultCallback, grader_skip_reason
-from osmo_run.sdk._sandbox import API_KEY_ENV, grader_input, result_from_json, workflow_input
+from osmo_run.backends.harbor.trial_config import (
+    OSMO_GRADES,
+    TASK_GRADES,
+    TrialSetup,
+    trial_config,
+)
+from osmo_run.errors import (
+    DockerCommandError,
+    EnvironmentNotReady,
+    InputError,
+    TaskDirError,
+)
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
+from osmo_run.sdk.imports import import_path_of
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
-    Phase,
     RolloutStatus,
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
-TASK_METADATA_KEY = "harbor_task"
-"""A row's metadata key naming its task directory, relative to ``tasks_root``."""
-
 _PHASES = {
-    TrialEvent.START: "starting",
-    TrialEvent.ENVIRONMENT_START: "environment",
-    TrialEvent.AGENT_START: "agent",
-    TrialEvent.VERIFICATION_START: "verifier",
+    TrialEvent.START: ProgressPhase.TRIAL_STARTING,
+    TrialEvent.ENVIRONMENT_START: ProgressPhase.ENVIRONMENT,
+    TrialEvent.AGENT_START: ProgressPhase.AGENT,
+    TrialEvent.VERIFICATION_START: ProgressPhase.VERIFIER,
 }
-
-
-def check_task_dir(task_dir: Path) -> list[str]:
-    """Every problem that makes ``task_dir`` unusable as a Harbor task (empty if none),
-    each a short phrase; callers name the directory once."""
-    if not task_dir.is_dir():
-        return ["task directory not found"]
-    problems = []
-    if not (task_dir / "instruction.md").is_file():
-        problems.append("no instruction.md (a Harbor task needs one)")
-    if not (task_dir / "task.toml").is_file():
-        return ["no task.toml (a Harbor task needs one)", *problems]
-    try:
-        has_image = docker_ops.task_base_image(task_dir) is not None
-    except TaskDirError as exc:
-        return [*problems, str(exc)]
-    if not has_image and not (task_dir / "environment" / "Dockerfile").is_file():
-        problems.append(
-            "neither [environment].docker_image in task.toml nor environment/Dockerfile, "
-            "so the trial has no image"
-        )
-    return problems
-
-
-def environment_config(
-    env: str, import_path: str | None, kwargs: dict[str, Any]
-) -> EnvironmentConfig:
-    """Harbor's ``EnvironmentConfig`` for an environment type name or a custom class path.
-
-    Raises :class:`InputError` for a type Harbor does not know, listing the known ones.
-    """
-    if import_path:
-        return EnvironmentConfig(import_path=import_path, kwargs=kwargs)
-    try:
-        kind = EnvironmentType(env)
-    except ValueError:
-        known = ", ".join(sorted(t.value for t in EnvironmentType))
-        raise InputError(f"--env: {env!r} is not a Harbor environment ({known})") from None
-    return EnvironmentConfig(type=kind, kwargs=kwargs)
 
 
 def _slug(text: str, length: int = 24) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")[:length] or "row"
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass
@@ -155,7 +105,7 @@ class HarborBackend(ExecutionBackend):
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
 
-    cancel_grace_sec = 60.0
+    cancel_grace_sec = HARBOR_INTERRUPT_GRACE_SEC
 
     def __init__(
         self,
@@ -194,16 +144,8 @@ class HarborBackend(ExecutionBackend):
         self._tasks_root = tasks_root.resolve() if tasks_root else None
         self._user_code_dir = (user_code_dir or Path.cwd()).resolve()
         self._environment = environment_config or EnvironmentConfig(type=EnvironmentType.DOCKER)
-        self._is_docker = (
-            self._environment.import_path is None
-            and (self._environment.type or EnvironmentType.DOCKER) is EnvironmentType.DOCKER
-        )
+        self._is_docker = is_local_docker(self._environment)
         self._prebuild = prebuild_local_image and self._is_docker
-        self.prebuild_skipped_reason = (
-            None
-            if self._prebuild or not prebuild_local_image
-            else "prebuild applies to the local docker environment only"
-        )
         self._cleanup = cleanup_successful_trials
         self._run_id = run_id or "adhoc"
         self._invocation = uuid.uuid4().hex[:8]
@@ -220,11 +162,9 @@ class HarborBackend(ExecutionBackend):
         self._ended = 0
         self._images: dict[Path, str] = {}
         self._prepare_lock = asyncio.Lock()
-        self._prepared = False
-        self._staging: Path | None = None
-        self._compose_overlay: Path | None = None
+        self._image_lock = asyncio.Lock()
+        self._setup: TrialSetup | None = None
         self._relay: LoopbackRelay | None = None
-        self._container_llm_url = llm.base_url if llm else None
         for event in TrialEvent:
             self._queue.add_hook(event, self._on_event)
 
@@ -234,18 +174,13 @@ class HarborBackend(ExecutionBackend):
     def max_concurrency(self) -> int:
         return self._max_concurrency
 
-    @property
-    def run_id(self) -> str:
-        return self._run_id
-
     def health(self) -> dict[str, Any]:
         submitted = len(self._pending)
         running = self._started - self._ended
         return {
             "status": "ok",
             "backend": "harbor",
-            "environment": self._environment.import_path
-            or (self._environment.type or EnvironmentType.DOCKER).value,
+            "environment": environment_name(self._environment),
             "queued": max(submitted - running, 0),
             "running": running,
             "max_concurrency": self._max_concurrency,
@@ -260,41 +195,55 @@ class HarborBackend(ExecutionBackend):
         unreachable model endpoint) or :class:`TaskDirError`.
         """
         async with self._prepare_lock:
-            if self._prepared:
+            if self._setup is not None:
                 return
-            if self._is_docker:
-                await docker_ops.engine_ready()
-            else:
-                self._preflight()
-            await self._make_llm_reachable()
+            await check_environment(self._environment)
+            llm_url, self._relay = await reach_from_trials(self._llm, self._is_docker)
             if self._task_dir is not None:
                 problems = check_task_dir(self._task_dir)
                 if problems:
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             self._trials_dir.mkdir(parents=True, exist_ok=True)
-            self._staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
-            stage_runtime(self._staging / "runtime")
-            stage_user_code(self._user_code_dir, self._staging / "code")
-            (self._staging / "inputs").mkdir()
-            if self._is_docker:
-                self._compose_overlay = self._staging / "run-labels.compose.yaml"
-                self._compose_overlay.write_text(
-                    docker_ops.labels_overlay(self._run_id, self._invocation), encoding="utf-8"
-                )
-                # Reconcile: containers an earlier, killed invocation of this run left.
-                await docker_ops.remove_labelled(f"{docker_ops.RUN_LABEL}={self._run_id}")
+            staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
+            stage_runtime(staging / "runtime")
+            stage_user_code(self._user_code_dir, staging / "code")
+            (staging / "inputs").mkdir()
+            self._setup = TrialSetup(
+                workflow_path=self._workflow_path,
+                grader_path=self._grader_path,
+                workflow_config=self._workflow_config,
+                grader_config=self._grader_config,
+                environment=self._environment,
+                staging=staging,
+                trials_dir=self._trials_dir,
+                llm=self._llm,
+                llm_url=llm_url,
+                llm_api_key_env=self._llm_api_key_env,
+                compose_overlay=await self._label_containers(staging),
+            )
             if self._prebuild and self._task_dir is not None:
                 try:
                     await self._image_for(self._task_dir)
-                except docker_ops.DockerCommandError as exc:
+                except DockerCommandError as exc:
                     raise EnvironmentNotReady(
                         f"--task-dir {self._task_dir}: building the trial image failed: {exc}"
                     ) from None
-            self._prepared = True
+
+    async def _label_containers(self, staging: Path) -> Path | None:
+        """The compose overlay labelling this run's Docker containers, after removing what
+        an earlier, killed invocation of the same run left (``None`` off Docker)."""
+        if not self._is_docker:
+            return None
+        overlay = staging / "run-labels.compose.yaml"
+        overlay.write_text(
+            docker_ops.labels_overlay(self._run_id, self._invocation), encoding="utf-8"
+        )
+        await docker_ops.remove_labelled(f"{docker_ops.RUN_LABEL}={self._run_id}")
+        return overlay
 
     async def aclose(self) -> None:
         """Remove what the run left: its containers (by label), networks and staging."""
-        if self._is_docker and self._prepared:
+        if self._is_docker and self._setup is not None:
             await docker_ops.remove_labelled(f"{docker_ops.INVOCATION_LABEL}={self._invocation}")
             try:
                 await docker_ops.engine_ready()
@@ -307,8 +256,8 @@ class HarborBackend(ExecutionBackend):
                 )
         if self._relay is not None:
             await self._relay.close()
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
+        if self._setup is not None:
+            shutil.rmtree(self._setup.staging, ignore_errors=True)
 
     async def execute(
         self,
@@ -317,18 +266,20 @@ class HarborBackend(ExecutionBackend):
         on_grader_complete: ResultCallback | None = None,
     ) -> None:
         await self.prepare()
+        assert self._setup is not None
         self._seq += 1
         trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{_slug(request.id)}"
         try:
-            task_dir = self._task_for(request)
-            config, grading = await self._trial_config(request, trial_name, task_dir)
-        except (InputError, docker_ops.DockerCommandError) as exc:
+            task_dir = task_for_row(request, self._task_dir, self._tasks_root)
+            image = await self._image_for(task_dir) if self._prebuild else None
+            config, grading = trial_config(self._setup, request, trial_name, task_dir, image)
+        except (InputError, DockerCommandError) as exc:
             category = (
                 ErrorCategory.VALIDATION_ERROR
                 if isinstance(exc, InputError)
                 else ErrorCategory.INFRA_ERROR
             )
-            on_workflow_complete(_setup_failure(request.id, category, str(exc)))
+            on_workflow_complete(ExecutionResult.failure(request.id, category, str(exc)))
             return
         pending = _Pending(
             request=request,
@@ -343,134 +294,27 @@ class HarborBackend(ExecutionBackend):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            message = f"Harbor could not start the trial: {type(exc).__name__}: {exc}"
             self._deliver(
-                pending,
-                _setup_failure(
-                    request.id,
-                    ErrorCategory.INFRA_ERROR,
-                    f"Harbor could not start the trial: {type(exc).__name__}: {exc}",
-                ),
+                pending, ExecutionResult.failure(request.id, ErrorCategory.INFRA_ERROR, message)
             )
             return
         finally:
             self._pending.pop(trial_name, None)
-            self._remove_inputs(trial_name)
+            shutil.rmtree(self._setup.inputs_dir(trial_name), ignore_errors=True)
         self._finish(pending, trial_name, trial)
 
     # -- per trial ------------------------------------------------------------------------
 
-    def _task_for(self, request: ExecutionRequest) -> Path:
-        name = request.metadata.get(TASK_METADATA_KEY)
-        if name is None:
-            if self._task_dir is None:
-                raise InputError(
-                    f"row {request.id}: no --task-dir and no metadata.{TASK_METADATA_KEY}"
-                )
-            return self._task_dir
-        root = self._tasks_root or (self._task_dir.parent if self._task_dir else None)
-        if root is None or not isinstance(name, str):
-            raise InputError(f"row {request.id}: metadata.{TASK_METADATA_KEY} must be a string")
-        task_dir = (root / name).resolve()
-        if not task_dir.is_relative_to(root):
-            raise InputError(
-                f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} leaves the tasks "
-                f"directory {root}"
-            )
-        problems = check_task_dir(task_dir)
-        if problems:
-            raise InputError(
-                f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} ({task_dir}): "
-                + "; ".join(problems)
-            )
-        return task_dir
-
     async def _image_for(self, task_dir: Path) -> str:
-        if task_dir not in self._images:
-            assert self._staging is not None
-            self._images[task_dir] = await docker_ops.prebuild_image(
-                task_dir, self._staging / "runtime", self._staging / "code"
-            )
+        """The prebuilt image of ``task_dir``, built once per run (trials wait for it)."""
+        assert self._setup is not None
+        async with self._image_lock:
+            if task_dir not in self._images:
+                self._images[task_dir] = await docker_ops.prebuild_image(
+                    task_dir, self._setup.staging / "runtime", self._setup.staging / "code"
+                )
         return self._images[task_dir]
-
-    async def _trial_config(
-        self, request: ExecutionRequest, trial_name: str, task_dir: Path
-    ) -> tuple[TrialConfig, str]:
-        assert self._staging is not None
-        inputs = self._staging / "inputs" / trial_name
-        inputs.mkdir(parents=True, exist_ok=True)
-        workflow_input_file = inputs / "workflow.json"
-        spec = workflow_input(
-            request, self._workflow_path, self._workflow_config, self._llm, self._container_llm_url
-        )
-        workflow_input_file.write_text(json.dumps(spec), encoding="utf-8")
-
-        environment = self._environment.model_copy(deep=True)
-        prebuilt = self._prebuild
-        if self._is_docker:
-            assert self._compose_overlay is not None
-            environment.extra_docker_compose = [
-                *environment.extra_docker_compose,
-                self._compose_overlay,
-            ]
-            if prebuilt:
-                async with self._prepare_lock:
-                    image = await self._image_for(task_dir)
-                environment.import_path = PREBUILT_IMAGE_IMPORT_PATH
-                environment.type = None
-                environment.kwargs = {**environment.kwargs, "image": image}
-
-        agent = AgentConfig(
-            import_path=AGENT_IMPORT_PATH,
-            kwargs={
-                "input_path": str(workflow_input_file),
-                "runtime_dir": None if prebuilt else str(self._staging / "runtime"),
-                "code_dir": None if prebuilt else str(self._staging / "code"),
-                "agent_timeout_sec": request.agent_timeout_sec,
-            },
-            override_timeout_sec=(
-                None
-                if request.agent_timeout_sec is None
-                else request.agent_timeout_sec + 2 * RUNNER_MARGIN_SEC
-            ),
-            env=(
-                {API_KEY_ENV: "${" + self._llm_api_key_env + "}"} if self._llm_api_key_env else {}
-            ),
-        )
-        verifier, grading = self._verifier_config(request, task_dir, inputs)
-        config = TrialConfig(
-            task=TaskConfig(path=task_dir),
-            trial_name=trial_name,
-            trials_dir=self._trials_dir,
-            agent=agent,
-            environment=environment,
-            verifier=verifier,
-        )
-        return config, grading
-
-    def _verifier_config(
-        self, request: ExecutionRequest, task_dir: Path, inputs: Path
-    ) -> tuple[VerifierConfig, str]:
-        if self._grader_path is None:
-            if (task_dir / "tests" / "test.sh").is_file() and request.grade:
-                return VerifierConfig(), "task"
-            return VerifierConfig(disable=True), "no grader configured"
-        skip = grader_skip_reason(request, has_grader=True)
-        if skip is not None:
-            return VerifierConfig(disable=True), skip
-        grader_file = inputs / "grader.json"
-        grader_file.write_text(
-            json.dumps(grader_input(request, self._grader_path, self._grader_config)),
-            encoding="utf-8",
-        )
-        timeout = request.grader_timeout_sec
-        return (
-            VerifierConfig(
-                import_path=VERIFIER_IMPORT_PATH,
-                kwargs={"input_path": str(grader_file), "grader_timeout_sec": timeout},
-                override_timeout_sec=None if timeout is None else timeout + 2 * RUNNER_MARGIN_SEC,
-            ),
-            "osmo",
-        )
 
     async def _on_event(self, event: TrialHookEvent) -> None:
         """Harbor lifecycle hook: progress for the display, and ``on_workflow_complete`` at
@@ -499,9 +343,9 @@ class HarborBackend(ExecutionBackend):
         workflow = _read_json(pending.trial_dir / "agent" / AGENT_RESULT_FILE)
         if workflow is None or workflow.get("status") != "success":
             return  # a failed workflow is not graded; its result comes when the trial ends
-        if pending.grading not in ("osmo", "task"):
+        if pending.grading not in (OSMO_GRADES, TASK_GRADES):
             return
-        result = result_from_json(workflow)
+        result = ExecutionResult.from_dict(workflow)
         result.status = RolloutStatus.GRADING
         pending.workflow_reported = True
         pending.on_workflow_complete(result)
@@ -515,15 +359,15 @@ class HarborBackend(ExecutionBackend):
             (pending.started_at - pending.submitted_at) if pending.started_at else 0.0
         )
         result.timings.total_sec = time.monotonic() - pending.submitted_at
-        result.extra = {
+        result.backend = {
             "trial_name": trial_name,
             "trial_id": str(trial.id),
-            "environment": self.health()["environment"],
+            "environment": environment_name(self._environment),
         }
         if result.ok and self._cleanup:
             shutil.rmtree(trial_dir, ignore_errors=True)
         else:
-            result.extra["trial_dir"] = str(trial_dir)
+            result.backend["trial_dir"] = str(trial_dir)
             with contextlib.suppress(OSError):
                 trial_dir.chmod(0o700)  # it holds the conversation: its owner's eyes only
         self._deliver(pending, result)
@@ -533,91 +377,6 @@ class HarborBackend(ExecutionBackend):
             pending.on_grader_complete(result)
         else:
             pending.on_workflow_complete(result)
-
-    def _remove_inputs(self, trial_name: str) -> None:
-        if self._staging is not None:
-            shutil.rmtree(self._staging / "inputs" / trial_name, ignore_errors=True)
-
-    # -- checks before any row runs --------------------------------------------------------
-
-    async def _make_llm_reachable(self) -> None:
-        """Relay a loopback model endpoint into Docker containers; refuse it elsewhere."""
-        if self._llm is None or not _is_loopback(self._llm.base_url):
-            return
-        if not self._is_docker:
-            raise EnvironmentNotReady(
-                f"llm.base_url {self._llm.base_url} is a loopback address, which a remote "
-                "sandbox cannot reach; serve the model on a public address and set "
-                "llm.base_url to it"
-            )
-        gateway = await docker_ops.bridge_gateway()
-        self._relay = LoopbackRelay(*url_target(self._llm.base_url))
-        try:
-            port = await self._relay.start(gateway)
-        except OSError as exc:
-            raise EnvironmentNotReady(
-                f"llm.base_url {self._llm.base_url} is a loopback address and relaying it "
-                f"into containers on {gateway} failed ({exc}); serve the model on an "
-                "address containers reach and set llm.base_url to it"
-            ) from None
-        self._container_llm_url = rewrite_url(self._llm.base_url, gateway, port)
-
-    def _preflight(self) -> None:
-        """Harbor's own checks of a non-Docker environment (its extra, its credentials),
-        each failure one line."""
-        from harbor.environments.factory import EnvironmentFactory
-
-        kind = self._environment.type
-        extra = None if self._environment.import_path else _missing_harbor_extra(kind)
-        if extra is not None:
-            raise EnvironmentNotReady(
-                f"--env {kind.value}: Harbor's {extra!r} extra is not installed; "
-                f"install it with: pip install 'harbor[{extra}]'"
-            )
-        try:
-            EnvironmentFactory.run_preflight(
-                type=kind,
-                import_path=self._environment.import_path,
-                kwargs=self._environment.kwargs,
-            )
-        except SystemExit as exc:
-            raise EnvironmentNotReady(" ".join(str(exc.code).split())) from None
-        except Exception as exc:
-            name = self._environment.import_path or (kind.value if kind else "harbor")
-            raise EnvironmentNotReady(
-                f"the {name} environment is not usable: {' '.join(str(exc).split())}"
-            ) from None
-
-
-def _missing_harbor_extra(kind: EnvironmentType | None) -> str | None:
-    """The Harbor extra named like ``kind`` when a package it requires is not installed."""
-    if kind is None:
-        return None
-    try:
-        requirements = importlib.metadata.requires("harbor") or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    in_extra = re.compile(rf"""extra\s*==\s*['"]{re.escape(kind.value)}['"]""")
-    for requirement in requirements:
-        spec, _, markers = requirement.partition(";")
-        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
-        if not in_extra.search(markers) or name is None or name.group() == "harbor":
-            continue
-        try:
-            importlib.metadata.distribution(name.group())
-        except importlib.metadata.PackageNotFoundError:
-            return str(kind.value)
-    return None
-
-
-def _setup_failure(rollout_id: str, category: ErrorCategory, message: str) -> ExecutionResult:
-    return ExecutionResult(
-        rollout_id=rollout_id,
-        status=RolloutStatus.FAILURE,
-        error_category=category,
-        error_message=message,
-        error_phase=Phase.SETUP,
-    )
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTIME_DIR, tree_digest
-from osmo_run.errors import EnvironmentNotReady, TaskDirError
+from osmo_run.errors import DockerCommandError, EnvironmentNotReady, TaskDirError
 
 RUN_LABEL = "osmo-run.run-id"
 """Docker label on every container and network of a run (its manifest's run id), so
@@ -28,10 +28,6 @@ def labels_overlay(run_id: str, invocation: str) -> str:
     """A compose file adding both labels to the trial's main service and its network."""
     labels = f'      {RUN_LABEL}: "{run_id}"\n      {INVOCATION_LABEL}: "{invocation}"\n'
     return f"services:\n  main:\n    labels:\n{labels}networks:\n  default:\n    labels:\n{labels}"
-
-
-class DockerCommandError(Exception):
-    pass
 
 
 async def docker(*args: str, check: bool = True, timeout_sec: float = 900.0) -> str:

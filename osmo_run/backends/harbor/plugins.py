@@ -1,7 +1,7 @@
 """The Harbor agent and verifier osmo-run plugs into each trial.
 
 Both run on the host inside Harbor's trial loop and drive the sandbox runner
-(``python3 -m osmo_run.sdk._sandbox``) inside the environment. Inputs go in as files,
+(``python3 -m osmo_run.sdk.sandbox``) inside the environment. Inputs go in as files,
 results come back as files Harbor downloads into the trial directory
 (``agent/osmo_result.json``, ``verifier/osmo_grader_result.json``), never through stdout.
 The model API key reaches the runner through Harbor's agent ``env`` (a ``${VAR}``
@@ -24,44 +24,21 @@ from harbor.verifier.base import BaseVerifier
 
 import osmo_run
 from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTIME_DIR
-from osmo_run.sdk._sandbox import CODE_DIR_ENV
+from osmo_run.errors import (
+    OsmoRunSandboxInfraError,
+    OsmoRunSandboxRunnerError,
+    OsmoRunSandboxTimeoutError,
+)
+from osmo_run.sdk.deadlines import SANDBOX_KILL_MARGIN_SEC, with_margin
+from osmo_run.sdk.sandbox import CODE_DIR_ENV
 
 AGENT_IMPORT_PATH = "osmo_run.backends.harbor.plugins:OsmoRunAgent"
 VERIFIER_IMPORT_PATH = "osmo_run.backends.harbor.plugins:OsmoRunVerifier"
 
 AGENT_RESULT_FILE = "osmo_result.json"
 GRADER_RESULT_FILE = "osmo_grader_result.json"
-RUNNER_MARGIN_SEC = 15.0
-"""How much longer than the row's deadline the in-sandbox runner may live before it is
-killed; the runner enforces the exact deadline itself and writes a timeout result."""
-
 TIMEOUT_EXIT = 124  # coreutils `timeout` when it stopped the runner (137 if SIGKILL was needed)
 KILLED_EXIT = 137  # SIGKILL from outside: the container was killed or ran out of memory
-
-
-class SandboxError(Exception):
-    """The sandbox runner could not produce a result. ``kind`` picks the error category:
-    ``infra`` (environment unusable), ``timeout`` (killed at its hard deadline) or
-    ``runner`` (the runner process itself failed)."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class OsmoRunSandboxInfraError(SandboxError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "infra")
-
-
-class OsmoRunSandboxTimeoutError(SandboxError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "timeout")
-
-
-class OsmoRunSandboxRunnerError(SandboxError):
-    def __init__(self, message: str) -> None:
-        super().__init__(message, "runner")
 
 
 _ENGINE_GONE_MARKERS = (
@@ -76,7 +53,7 @@ _ENGINE_GONE_MARKERS = (
 def _runner_command(
     phase: str, input_path: str, result_path: str, log_path: str, limit: float | None
 ) -> str:
-    runner = f"python3 -m osmo_run.sdk._sandbox {phase} {input_path} {result_path}"
+    runner = f"python3 -m osmo_run.sdk.sandbox {phase} {input_path} {result_path}"
     if limit is not None:
         runner = f"timeout -k 5 {int(limit) + 1} {runner}"
     return f"{runner} > {shlex.quote(log_path)} 2>&1"
@@ -145,7 +122,7 @@ class OsmoRunAgent(BaseAgent):
         self._input_path = input_path
         self._runtime_dir = runtime_dir
         self._code_dir = code_dir
-        self._limit = None if agent_timeout_sec is None else agent_timeout_sec + RUNNER_MARGIN_SEC
+        self._limit = with_margin(agent_timeout_sec, SANDBOX_KILL_MARGIN_SEC)
 
     @staticmethod
     def name() -> str:
@@ -206,7 +183,7 @@ class OsmoRunVerifier(BaseVerifier):
     ) -> None:
         super().__init__(**kwargs)
         self._input_path = Path(input_path)
-        self._limit = None if grader_timeout_sec is None else grader_timeout_sec + RUNNER_MARGIN_SEC
+        self._limit = with_margin(grader_timeout_sec, SANDBOX_KILL_MARGIN_SEC)
 
     async def verify(self) -> VerifierResult:
         agent_result = self.trial_paths.agent_dir / AGENT_RESULT_FILE

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from urllib.parse import urlparse, urlunparse
+
+from osmo_run.backends.harbor import docker as docker_ops
+from osmo_run.errors import EnvironmentNotReady
+from osmo_run.sdk.context import LLMEndpoint
 
 _CHUNK = 64 * 1024
 
@@ -75,3 +80,45 @@ def url_target(url: str) -> tuple[str, int]:
     parts = urlparse(url)
     default = 443 if parts.scheme == "https" else 80
     return parts.hostname or "127.0.0.1", parts.port or default
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url`` points at this machine's loopback interface."""
+    host = urlparse(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def reach_from_trials(
+    llm: LLMEndpoint | None, local_docker: bool
+) -> tuple[str | None, LoopbackRelay | None]:
+    """The model endpoint's base URL as trial containers reach it, and the relay started to
+    make a loopback endpoint reachable from Docker containers (``None`` when none is needed;
+    the caller closes it when the run ends).
+
+    Raises :class:`EnvironmentNotReady` for a loopback endpoint with a remote environment
+    (its sandboxes cannot reach this machine's loopback) or when the relay cannot listen.
+    """
+    if llm is None or not is_loopback(llm.base_url):
+        return (None if llm is None else llm.base_url), None
+    if not local_docker:
+        raise EnvironmentNotReady(
+            f"llm.base_url {llm.base_url} is a loopback address, which a remote "
+            "sandbox cannot reach; serve the model on a public address and set "
+            "llm.base_url to it"
+        )
+    gateway = await docker_ops.bridge_gateway()
+    relay = LoopbackRelay(*url_target(llm.base_url))
+    try:
+        port = await relay.start(gateway)
+    except OSError as exc:
+        raise EnvironmentNotReady(
+            f"llm.base_url {llm.base_url} is a loopback address and relaying it "
+            f"into containers on {gateway} failed ({exc}); serve the model on an "
+            "address containers reach and set llm.base_url to it"
+        ) from None
+    return rewrite_url(llm.base_url, gateway, port), relay

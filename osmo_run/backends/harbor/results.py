@@ -15,14 +15,8 @@ from typing import Any
 
 from harbor.models.trial.result import TimingInfo, TrialResult
 
-from osmo_run.sdk._sandbox import result_from_json
-from osmo_run.sdk.types import (
-    ErrorCategory,
-    ExecutionResult,
-    Phase,
-    RolloutSample,
-    RolloutStatus,
-)
+from osmo_run.backends.harbor.trial_config import OSMO_GRADES, TASK_GRADES
+from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase, RolloutSample
 
 _TIMEOUTS: dict[str, tuple[Phase | None, str]] = {
     "AgentTimeoutError": (Phase.WORKFLOW, "the agent phase passed Harbor's deadline"),
@@ -82,23 +76,6 @@ def _phase_of_exception(trial: TrialResult) -> Phase:
     return Phase.SETUP
 
 
-def _failure(
-    rollout_id: str,
-    category: ErrorCategory,
-    phase: Phase,
-    message: str,
-    sample: RolloutSample | None = None,
-) -> ExecutionResult:
-    return ExecutionResult(
-        rollout_id=rollout_id,
-        status=RolloutStatus.FAILURE,
-        sample=sample,
-        error_category=category,
-        error_message=message,
-        error_phase=phase,
-    )
-
-
 def _from_exception(
     rollout_id: str, trial: TrialResult, sample: RolloutSample | None
 ) -> ExecutionResult:
@@ -108,38 +85,40 @@ def _from_exception(
     text = f"{name}: {info.exception_message}".strip().rstrip(":")
     phase = _phase_of_exception(trial)
     if name == "CancelledError":
-        return ExecutionResult(
-            rollout_id=rollout_id,
-            status=RolloutStatus.CANCELLED,
-            sample=sample,
-            error_category=ErrorCategory.CANCELLED,
-            error_message="the trial was cancelled",
-            error_phase=phase,
-        )
+        message = "the trial was cancelled"
+        return ExecutionResult.failure(rollout_id, ErrorCategory.CANCELLED, message, phase, sample)
     if name in _TIMEOUTS:
         timeout_phase, prefix = _TIMEOUTS[name]
         message = f"{prefix} ({text})" if prefix else info.exception_message
-        return _failure(rollout_id, ErrorCategory.TIMEOUT, timeout_phase or phase, message, sample)
+        return ExecutionResult.failure(
+            rollout_id, ErrorCategory.TIMEOUT, message, timeout_phase or phase, sample
+        )
     if name in _REWARD_INVALID:
         message = (
             f"the verifier left no usable reward ({text}); "
             "its tests/test.sh must write a number to /logs/verifier/reward.txt"
         )
-        return _failure(rollout_id, ErrorCategory.VALIDATION_ERROR, Phase.GRADER, message, sample)
+        return ExecutionResult.failure(
+            rollout_id, ErrorCategory.VALIDATION_ERROR, message, Phase.GRADER, sample
+        )
     if name in _VERIFIER_INFRA:
-        return _failure(rollout_id, ErrorCategory.INFRA_ERROR, Phase.GRADER, text, sample)
+        return ExecutionResult.failure(
+            rollout_id, ErrorCategory.INFRA_ERROR, text, Phase.GRADER, sample
+        )
     if name == "OsmoRunSandboxInfraError":  # our agent's own account, in setup or later
-        return _failure(
-            rollout_id, ErrorCategory.INFRA_ERROR, phase, info.exception_message, sample
+        return ExecutionResult.failure(
+            rollout_id, ErrorCategory.INFRA_ERROR, info.exception_message, phase, sample
         )
     if name in _SETUP_INFRA or phase is Phase.SETUP:
         message = f"the trial environment failed before the workflow ran: {text}"
-        return _failure(rollout_id, ErrorCategory.INFRA_ERROR, Phase.SETUP, message, sample)
-    if name == "OsmoRunSandboxRunnerError":
-        return _failure(
-            rollout_id, ErrorCategory.AGENT_ERROR, phase, info.exception_message, sample
+        return ExecutionResult.failure(
+            rollout_id, ErrorCategory.INFRA_ERROR, message, Phase.SETUP, sample
         )
-    return _failure(rollout_id, ErrorCategory.INFRA_ERROR, phase, text, sample)
+    if name == "OsmoRunSandboxRunnerError":
+        return ExecutionResult.failure(
+            rollout_id, ErrorCategory.AGENT_ERROR, info.exception_message, phase, sample
+        )
+    return ExecutionResult.failure(rollout_id, ErrorCategory.INFRA_ERROR, text, phase, sample)
 
 
 def _reward_from_verifier(trial: TrialResult) -> float | str | None:
@@ -164,10 +143,10 @@ def trial_to_result(
 ) -> ExecutionResult:
     """The final result of one trial.
 
-    ``grading`` is how the row was to be graded: ``"osmo"`` (our grader in the trial),
-    ``"task"`` (the task's own tests/test.sh) or a reason it was not graded.
+    ``grading`` is how the row was to be graded (see :func:`.trial_config.trial_config`):
+    our grader in the trial, the task's own tests/test.sh, or the reason it was not graded.
     """
-    workflow = result_from_json(workflow_file) if workflow_file else None
+    workflow = ExecutionResult.from_dict(workflow_file) if workflow_file else None
     sample = workflow.sample if workflow else None
     if trial.exception_info is not None:
         if (
@@ -179,27 +158,27 @@ def trial_to_result(
         else:
             result = _from_exception(rollout_id, trial, sample)
     elif workflow is None:
-        result = _failure(
+        result = ExecutionResult.failure(
             rollout_id,
             ErrorCategory.INTERNAL_ERROR,
-            Phase.WORKFLOW,
             "the trial finished without the workflow runner's result file",
+            Phase.WORKFLOW,
         )
     elif not workflow.ok:
         result = workflow
-    elif grading == "osmo":
+    elif grading == OSMO_GRADES:
         if grader_file is None:
-            result = _failure(
+            result = ExecutionResult.failure(
                 rollout_id,
                 ErrorCategory.INTERNAL_ERROR,
-                Phase.GRADER,
                 "the verifier finished without the grader runner's result file",
+                Phase.GRADER,
                 sample,
             )
         else:
-            result = result_from_json(grader_file)
+            result = ExecutionResult.from_dict(grader_file)
             result.timings.workflow_sec = workflow.timings.workflow_sec
-    elif grading == "task":
+    elif grading == TASK_GRADES:
         reward = _reward_from_verifier(trial)
         if isinstance(reward, float):
             result = workflow
@@ -207,8 +186,8 @@ def trial_to_result(
             result.sample.reward = reward
         else:
             message = reward or "the task's verifier reported no reward"
-            result = _failure(
-                rollout_id, ErrorCategory.VALIDATION_ERROR, Phase.GRADER, message, sample
+            result = ExecutionResult.failure(
+                rollout_id, ErrorCategory.VALIDATION_ERROR, message, Phase.GRADER, sample
             )
     else:
         result = workflow

@@ -7,14 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from osmo_run.errors import ImportPathError
+from osmo_run.errors import DependencyImportError, ImportPathError
 
 _EXTRAS = {"agents": "openai-agents", "strands": "strands", "xllamacpp": "embedded"}
 """Modules an osmo-run extra installs: a workflow missing one is told which extra."""
 
-
-class DependencyImportError(ImportPathError):
-    """The module exists but one of its own imports failed (a dependency is missing)."""
+__all__ = [
+    "DependencyImportError",
+    "ensure_on_path",
+    "import_path_of",
+    "load_object",
+    "resolve_class",
+]
 
 
 def ensure_on_path(code_dir: Path) -> None:

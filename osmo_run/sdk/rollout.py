@@ -13,8 +13,7 @@ import dataclasses
 import math
 import sys
 import time
-import traceback
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +25,7 @@ from osmo_run.sdk.context import (
     RolloutContext,
     _current,
 )
+from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
 from osmo_run.sdk.types import (
     AgentWorkflowOutput,
     ErrorCategory,
@@ -34,51 +34,15 @@ from osmo_run.sdk.types import (
     Phase,
     RolloutSample,
     RolloutStatus,
+    categorize_exception,
+    describe_exception,
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 T = TypeVar("T")
 
-CANCEL_GRACE_SEC = 1.0
-"""How long a timed-out coroutine may take to honour cancellation before it is abandoned."""
-
-_RATE_LIMIT_NAMES = frozenset({"RateLimitError"})
-_MODEL_API_NAMES = frozenset(
-    {"ModelAPIError", "APIError", "APIStatusError", "APIConnectionError", "InternalServerError"}
-)
-
 WorkflowSource = type[AgentWorkflow] | AgentWorkflow
 GraderSource = type[Grader] | Grader
-
-
-def categorize_exception(exc: BaseException) -> ErrorCategory:
-    """Map an exception raised by a workflow or grader to its :class:`ErrorCategory`.
-
-    ``TimeoutError`` → TIMEOUT; a class named ``RateLimitError`` anywhere in its MRO →
-    RATE_LIMIT; model-client errors (``APIError``, ``APIConnectionError``, ...) →
-    MODEL_API_ERROR; ``ValueError``/``TypeError``/``AssertionError`` → VALIDATION_ERROR;
-    anything else → AGENT_ERROR. Names, not classes, so no client library is imported.
-    """
-    if isinstance(exc, TimeoutError):
-        return ErrorCategory.TIMEOUT
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & _RATE_LIMIT_NAMES:
-        return ErrorCategory.RATE_LIMIT
-    if names & _MODEL_API_NAMES:
-        return ErrorCategory.MODEL_API_ERROR
-    if isinstance(exc, ValueError | TypeError | AssertionError):
-        return ErrorCategory.VALIDATION_ERROR
-    return ErrorCategory.AGENT_ERROR
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``"Type: message (at file:line in func)"``, naming where the exception was raised."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
-    if frames:
-        last = frames[-1]
-        text += f" (at {last.filename}:{last.lineno} in {last.name})"
-    return text
 
 
 class _DeadlineExceeded(Exception):
@@ -132,23 +96,6 @@ async def _await_with_deadline(
     elif not task.cancelled():
         _swallow_result(task)
     raise _DeadlineExceeded(abandoned=not done)
-
-
-def _failure(
-    request: ExecutionRequest,
-    phase: Phase,
-    category: ErrorCategory,
-    message: str,
-    sample: RolloutSample | None = None,
-) -> ExecutionResult:
-    return ExecutionResult(
-        rollout_id=request.id,
-        status=RolloutStatus.FAILURE,
-        sample=sample,
-        error_category=category,
-        error_message=message,
-        error_phase=phase,
-    )
 
 
 def _deadline_message(what: str, field_name: str, timeout_sec: float, abandoned: bool) -> str:
@@ -270,18 +217,18 @@ async def run_workflow_phase(
         elapsed = time.monotonic() - started
         if timeout_sec is not None and elapsed > timeout_sec:
             message = _late_message("workflow", "agent_timeout_sec", timeout_sec, elapsed)
-            result = _failure(request, Phase.WORKFLOW, ErrorCategory.TIMEOUT, message)
+            result = ExecutionResult.failure(
+                request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW
+            )
         else:
             sample, info = context.run(sample_from_output, output, rollout)
             result = ExecutionResult(request.id, RolloutStatus.SUCCESS, sample=sample, info=info)
     except _DeadlineExceeded as exc:
         assert timeout_sec is not None
         message = _deadline_message("workflow", "agent_timeout_sec", timeout_sec, exc.abandoned)
-        result = _failure(request, Phase.WORKFLOW, ErrorCategory.TIMEOUT, message)
+        result = ExecutionResult.failure(request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW)
     except Exception as exc:
-        result = _failure(
-            request, Phase.WORKFLOW, categorize_exception(exc), describe_exception(exc)
-        )
+        result = ExecutionResult.from_exception(request.id, exc, Phase.WORKFLOW)
     result.timings.workflow_sec = time.monotonic() - started
     if rollout.usage.model_calls:  # a copy: an abandoned workflow may still be counting
         result.usage = dataclasses.replace(rollout.usage)
@@ -358,9 +305,6 @@ def _fail_in_place(result: ExecutionResult, category: ErrorCategory, message: st
     result.error_phase = Phase.GRADER
     if result.sample is not None:
         result.sample.reward = None
-
-
-ResultCallback = Callable[[ExecutionResult], Any]
 
 
 def run_to_completion(main: Coroutine[Any, Any, T], grace_sec: float = CANCEL_GRACE_SEC) -> T:

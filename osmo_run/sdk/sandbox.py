@@ -1,7 +1,7 @@
 """Run one phase of one rollout inside a sandbox: read an input JSON, write a result JSON.
 
-    python3 -m osmo_run.sdk._sandbox workflow INPUT.json RESULT.json
-    python3 -m osmo_run.sdk._sandbox grader INPUT.json RESULT.json
+    python3 -m osmo_run.sdk.sandbox workflow INPUT.json RESULT.json
+    python3 -m osmo_run.sdk.sandbox grader INPUT.json RESULT.json
 
 Used by the Harbor backend inside trial environments, where only this SDK (stdlib only,
 Python >= 3.11) and the user's code are present. Results travel as files that Harbor
@@ -20,75 +20,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from osmo_run.sdk._imports import ensure_on_path, resolve_class
-from osmo_run.sdk._rollout import (
-    describe_exception,
-    run_grader_phase,
-    run_to_completion,
-    run_workflow_phase,
-)
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint, artifacts_root_from_env
+from osmo_run.sdk.imports import ensure_on_path, resolve_class
+from osmo_run.sdk.rollout import run_grader_phase, run_to_completion, run_workflow_phase
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
-    LLMUsage,
     Phase,
-    RolloutSample,
-    RolloutStatus,
+    describe_exception,
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 API_KEY_ENV = "OSMO_RUN_LLM_API_KEY"
 CODE_DIR_ENV = "OSMO_RUN_CODE_DIR"
-
-
-def result_to_json(result: ExecutionResult) -> dict[str, Any]:
-    """The result file's content (read back by :func:`result_from_json` on the host)."""
-    sample = result.sample
-    return {
-        "rollout_id": result.rollout_id,
-        "status": result.status.value,
-        "sample": None
-        if sample is None
-        else {"messages": sample.messages, "metrics": sample.metrics, "reward": sample.reward},
-        "error_category": None if result.error_category is None else result.error_category.value,
-        "error_message": result.error_message,
-        "error_phase": None if result.error_phase is None else result.error_phase.value,
-        "info": result.info,
-        "workflow_sec": result.timings.workflow_sec,
-        "grader_sec": result.timings.grader_sec,
-        "usage": None if result.usage is None else result.usage.to_dict(),
-    }
-
-
-def result_from_json(data: dict[str, Any]) -> ExecutionResult:
-    """Rebuild a result written by :func:`result_to_json`; ``KeyError``/``ValueError`` if
-    the data is not such a result."""
-    sample_data = data.get("sample")
-    sample = None
-    if sample_data is not None:
-        sample = RolloutSample(
-            messages=list(sample_data.get("messages") or []),
-            metrics=dict(sample_data.get("metrics") or {}),
-            reward=sample_data.get("reward"),
-        )
-    result = ExecutionResult(
-        rollout_id=str(data["rollout_id"]),
-        status=RolloutStatus(data["status"]),
-        sample=sample,
-        error_category=ErrorCategory(data["error_category"])
-        if data.get("error_category")
-        else None,
-        error_message=data.get("error_message"),
-        error_phase=Phase(data["error_phase"]) if data.get("error_phase") else None,
-        info=dict(data.get("info") or {}),
-        usage=LLMUsage.from_dict(data.get("usage")),
-    )
-    result.timings.workflow_sec = data.get("workflow_sec")
-    result.timings.grader_sec = data.get("grader_sec")
-    return result
 
 
 def workflow_input(
@@ -144,17 +90,12 @@ def _request(data: dict[str, Any]) -> ExecutionRequest:
     )
 
 
-def _setup_failure(request_id: str, phase: Phase, exc: BaseException, what: str) -> ExecutionResult:
-    return ExecutionResult(
-        rollout_id=request_id,
-        status=RolloutStatus.FAILURE,
-        error_category=ErrorCategory.AGENT_ERROR,
-        error_message=(
-            f"the {what} could not be loaded inside the trial environment: "
-            f"{describe_exception(exc)}; make sure its code and dependencies are in the image"
-        ),
-        error_phase=phase,
+def _load_failure(request_id: str, phase: Phase, exc: BaseException, what: str) -> ExecutionResult:
+    message = (
+        f"the {what} could not be loaded inside the trial environment: "
+        f"{describe_exception(exc)}; make sure its code and dependencies are in the image"
     )
+    return ExecutionResult.failure(request_id, ErrorCategory.AGENT_ERROR, message, phase)
 
 
 async def _run_workflow(spec: dict[str, Any]) -> ExecutionResult:
@@ -163,7 +104,7 @@ async def _run_workflow(spec: dict[str, Any]) -> ExecutionResult:
         workflow = resolve_class(spec["workflow"], AgentWorkflow, "workflow")
         config = AgentWorkflowConfig.from_dict(spec.get("workflow_config"))
     except Exception as exc:
-        return _setup_failure(request.id, Phase.SETUP, exc, "workflow")
+        return _load_failure(request.id, Phase.SETUP, exc, "workflow")
     llm = None
     if spec.get("llm"):
         llm = LLMEndpoint(
@@ -180,8 +121,8 @@ async def _run_grader(spec: dict[str, Any]) -> ExecutionResult:
         grader = resolve_class(spec["grader"], Grader, "grader")
         config = GraderConfig.from_dict(spec.get("grader_config"))
     except Exception as exc:
-        return _setup_failure(request.id, Phase.GRADER, exc, "grader")
-    workflow_result = result_from_json(spec["workflow_result"])
+        return _load_failure(request.id, Phase.GRADER, exc, "grader")
+    workflow_result = ExecutionResult.from_dict(spec["workflow_result"])
     return await run_grader_phase(
         request, workflow_result, grader, config, artifacts_root_from_env()
     )
@@ -191,7 +132,7 @@ def main(argv: list[str]) -> int:
     """Entry point; returns the process exit code (2 for a bad invocation)."""
     if len(argv) != 3 or argv[0] not in {"workflow", "grader"}:
         print(
-            "usage: python3 -m osmo_run.sdk._sandbox workflow|grader INPUT RESULT", file=sys.stderr
+            "usage: python3 -m osmo_run.sdk.sandbox workflow|grader INPUT RESULT", file=sys.stderr
         )
         return 2
     phase, input_path, result_path = argv[0], Path(argv[1]), Path(argv[2])
@@ -202,9 +143,7 @@ def main(argv: list[str]) -> int:
     result = run_to_completion(run(spec))
     result.timings.total_sec = time.monotonic() - started
     tmp = result_path.with_name(result_path.name + ".tmp")
-    tmp.write_text(
-        json.dumps(result_to_json(result), ensure_ascii=False, default=repr), encoding="utf-8"
-    )
+    tmp.write_text(json.dumps(result.to_dict(), ensure_ascii=False, default=repr), encoding="utf-8")
     tmp.replace(result_path)  # atomic: the host never reads half a result
     return 0
 

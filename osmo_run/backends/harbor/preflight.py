@@ -1,0 +1,154 @@
+"""What a Harbor run checks before any row runs: the task directories, the environment (its
+engine, extra and credentials) and the Harbor ``EnvironmentConfig`` the flags name.
+
+Each problem is one line for the person who must fix it; nothing here starts a trial.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from pathlib import Path
+from typing import Any
+
+from harbor.models.environment_type import EnvironmentType
+from harbor.models.trial.config import EnvironmentConfig
+
+from osmo_run.backends.harbor import docker as docker_ops
+from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
+from osmo_run.sdk.types import ExecutionRequest
+
+TASK_METADATA_KEY = "harbor_task"
+"""A row's metadata key naming its task directory, relative to the tasks root."""
+
+
+def check_task_dir(task_dir: Path) -> list[str]:
+    """Every problem that makes ``task_dir`` unusable as a Harbor task (empty if none),
+    each a short phrase; callers name the directory once."""
+    if not task_dir.is_dir():
+        return ["task directory not found"]
+    problems = []
+    if not (task_dir / "instruction.md").is_file():
+        problems.append("no instruction.md (a Harbor task needs one)")
+    if not (task_dir / "task.toml").is_file():
+        return ["no task.toml (a Harbor task needs one)", *problems]
+    try:
+        has_image = docker_ops.task_base_image(task_dir) is not None
+    except TaskDirError as exc:
+        return [*problems, str(exc)]
+    if not has_image and not (task_dir / "environment" / "Dockerfile").is_file():
+        problems.append(
+            "neither [environment].docker_image in task.toml nor environment/Dockerfile, "
+            "so the trial has no image"
+        )
+    return problems
+
+
+def task_for_row(request: ExecutionRequest, task_dir: Path | None, tasks_root: Path | None) -> Path:
+    """The task directory ``request`` runs in: ``metadata.harbor_task`` under ``tasks_root``
+    (default: the parent of ``task_dir``), else ``task_dir``.
+
+    Raises :class:`InputError` for a name that is not a string, leaves the root, or names
+    an unusable task.
+    """
+    name = request.metadata.get(TASK_METADATA_KEY)
+    if name is None:
+        if task_dir is None:
+            raise InputError(f"row {request.id}: no --task-dir and no metadata.{TASK_METADATA_KEY}")
+        return task_dir
+    root = tasks_root or (task_dir.parent if task_dir else None)
+    if root is None or not isinstance(name, str):
+        raise InputError(f"row {request.id}: metadata.{TASK_METADATA_KEY} must be a string")
+    chosen = (root / name).resolve()
+    if not chosen.is_relative_to(root):
+        raise InputError(
+            f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} leaves the tasks "
+            f"directory {root}"
+        )
+    problems = check_task_dir(chosen)
+    if problems:
+        raise InputError(
+            f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} ({chosen}): "
+            + "; ".join(problems)
+        )
+    return chosen
+
+
+def environment_config(
+    env: str, import_path: str | None, kwargs: dict[str, Any]
+) -> EnvironmentConfig:
+    """Harbor's ``EnvironmentConfig`` for an environment type name or a custom class path.
+
+    Raises :class:`InputError` for a type Harbor does not know, listing the known ones.
+    """
+    if import_path:
+        return EnvironmentConfig(import_path=import_path, kwargs=kwargs)
+    try:
+        kind = EnvironmentType(env)
+    except ValueError:
+        known = ", ".join(sorted(t.value for t in EnvironmentType))
+        raise InputError(f"--env: {env!r} is not a Harbor environment ({known})") from None
+    return EnvironmentConfig(type=kind, kwargs=kwargs)
+
+
+def is_local_docker(environment: EnvironmentConfig) -> bool:
+    """Whether trials run in Harbor's own Docker environment on this machine."""
+    return (
+        environment.import_path is None
+        and (environment.type or EnvironmentType.DOCKER) is EnvironmentType.DOCKER
+    )
+
+
+def environment_name(environment: EnvironmentConfig) -> str:
+    """The environment as a person names it: its type, or its custom class path."""
+    return str(environment.import_path or (environment.type or EnvironmentType.DOCKER).value)
+
+
+async def check_environment(environment: EnvironmentConfig) -> None:
+    """Raise :class:`EnvironmentNotReady` unless trials can start in ``environment``: a
+    Docker engine with compose v2 for docker; Harbor's own preflight (its extra, its
+    credentials) for the others."""
+    if is_local_docker(environment):
+        await docker_ops.engine_ready()
+        return
+    from harbor.environments.factory import EnvironmentFactory
+
+    kind = environment.type
+    extra = None if environment.import_path else _missing_harbor_extra(kind)
+    if extra is not None:
+        raise EnvironmentNotReady(
+            f"--env {extra}: Harbor's {extra!r} extra is not installed; "
+            f"install it with: pip install 'harbor[{extra}]'"
+        )
+    try:
+        EnvironmentFactory.run_preflight(
+            type=kind, import_path=environment.import_path, kwargs=environment.kwargs
+        )
+    except SystemExit as exc:
+        raise EnvironmentNotReady(" ".join(str(exc.code).split())) from None
+    except Exception as exc:
+        raise EnvironmentNotReady(
+            f"the {environment_name(environment)} environment is not usable: "
+            f"{' '.join(str(exc).split())}"
+        ) from None
+
+
+def _missing_harbor_extra(kind: EnvironmentType | None) -> str | None:
+    """The Harbor extra named like ``kind`` when a package it requires is not installed."""
+    if kind is None:
+        return None
+    try:
+        requirements = importlib.metadata.requires("harbor") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    in_extra = re.compile(rf"""extra\s*==\s*['"]{re.escape(kind.value)}['"]""")
+    for requirement in requirements:
+        spec, _, markers = requirement.partition(";")
+        name = re.match(r"[A-Za-z0-9._-]+", spec.strip())
+        if not in_extra.search(markers) or name is None or name.group() == "harbor":
+            continue
+        try:
+            importlib.metadata.distribution(name.group())
+        except importlib.metadata.PackageNotFoundError:
+            return str(kind.value)
+    return None

@@ -1,0 +1,144 @@
+"""One request as a Harbor ``TrialConfig``: osmo-run's agent and verifier plugins, their
+input files, the environment (prebuilt image, run labels) and every deadline margin.
+
+Pure configuration: nothing here starts a trial; the backend submits what it builds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harbor.models.trial.config import (
+    AgentConfig,
+    EnvironmentConfig,
+    TaskConfig,
+    TrialConfig,
+    VerifierConfig,
+)
+
+from osmo_run.backends.harbor.environment import PREBUILT_IMAGE_IMPORT_PATH
+from osmo_run.backends.harbor.plugins import AGENT_IMPORT_PATH, VERIFIER_IMPORT_PATH
+from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.deadlines import HARBOR_MARGIN_SEC, with_margin
+from osmo_run.sdk.rollout import grader_skip_reason
+from osmo_run.sdk.sandbox import API_KEY_ENV, grader_input, workflow_input
+from osmo_run.sdk.types import ExecutionRequest
+
+OSMO_GRADES = "osmo"
+"""Grading mode: osmo-run's grader runs in the trial through the verifier plugin."""
+TASK_GRADES = "task"
+"""Grading mode: the task's own ``tests/test.sh`` writes the reward."""
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of one run shares, fixed once the run is prepared.
+
+    ``staging`` holds ``runtime/`` and ``code/`` (uploaded when no image is prebuilt) and
+    ``inputs/<trial>/`` (each trial's input files). ``llm_url`` is the endpoint's base URL
+    as containers reach it. ``compose_overlay`` adds the run's labels (Docker only).
+    """
+
+    workflow_path: str
+    grader_path: str | None
+    workflow_config: AgentWorkflowConfig
+    grader_config: GraderConfig
+    environment: EnvironmentConfig
+    staging: Path
+    trials_dir: Path
+    llm: LLMEndpoint | None = None
+    llm_url: str | None = None
+    llm_api_key_env: str | None = None
+    compose_overlay: Path | None = None
+
+    def inputs_dir(self, trial_name: str) -> Path:
+        return self.staging / "inputs" / trial_name
+
+
+def trial_config(
+    setup: TrialSetup,
+    request: ExecutionRequest,
+    trial_name: str,
+    task_dir: Path,
+    image: str | None,
+) -> tuple[TrialConfig, str]:
+    """The trial for ``request`` in ``task_dir`` and how it is graded: :data:`OSMO_GRADES`,
+    :data:`TASK_GRADES`, or the reason it is not graded. ``image`` is the prebuilt image to
+    start from (``None``: the task's own image, with the SDK and code uploaded per trial).
+    Writes the trial's input files under ``setup.inputs_dir(trial_name)``."""
+    inputs = setup.inputs_dir(trial_name)
+    inputs.mkdir(parents=True, exist_ok=True)
+    workflow_file = inputs / "workflow.json"
+    spec = workflow_input(
+        request, setup.workflow_path, setup.workflow_config, setup.llm, setup.llm_url
+    )
+    workflow_file.write_text(json.dumps(spec), encoding="utf-8")
+    verifier, grading = _verifier_config(setup, request, task_dir, inputs)
+    config = TrialConfig(
+        task=TaskConfig(path=task_dir),
+        trial_name=trial_name,
+        trials_dir=setup.trials_dir,
+        agent=_agent_config(setup, request, workflow_file, uploads=image is None),
+        environment=_environment_config(setup, image),
+        verifier=verifier,
+    )
+    return config, grading
+
+
+def _environment_config(setup: TrialSetup, image: str | None) -> EnvironmentConfig:
+    environment = setup.environment.model_copy(deep=True)
+    if setup.compose_overlay is not None:
+        environment.extra_docker_compose = [
+            *environment.extra_docker_compose,
+            setup.compose_overlay,
+        ]
+    if image is not None:
+        environment.import_path = PREBUILT_IMAGE_IMPORT_PATH
+        environment.type = None
+        environment.kwargs = {**environment.kwargs, "image": image}
+    return environment
+
+
+def _agent_config(
+    setup: TrialSetup, request: ExecutionRequest, workflow_file: Path, uploads: bool
+) -> AgentConfig:
+    key_env = setup.llm_api_key_env
+    return AgentConfig(
+        import_path=AGENT_IMPORT_PATH,
+        kwargs={
+            "input_path": str(workflow_file),
+            "runtime_dir": str(setup.staging / "runtime") if uploads else None,
+            "code_dir": str(setup.staging / "code") if uploads else None,
+            "agent_timeout_sec": request.agent_timeout_sec,
+        },
+        override_timeout_sec=with_margin(request.agent_timeout_sec, HARBOR_MARGIN_SEC),
+        # a ${VAR} template Harbor fills in and redacts: the key never lands in a file
+        env={API_KEY_ENV: "${" + key_env + "}"} if key_env else {},
+    )
+
+
+def _verifier_config(
+    setup: TrialSetup, request: ExecutionRequest, task_dir: Path, inputs: Path
+) -> tuple[VerifierConfig, str]:
+    if setup.grader_path is None:
+        if (task_dir / "tests" / "test.sh").is_file() and request.grade:
+            return VerifierConfig(), TASK_GRADES
+        return VerifierConfig(disable=True), "no grader configured"
+    skip = grader_skip_reason(request, has_grader=True)
+    if skip is not None:
+        return VerifierConfig(disable=True), skip
+    grader_file = inputs / "grader.json"
+    grader_file.write_text(
+        json.dumps(grader_input(request, setup.grader_path, setup.grader_config)),
+        encoding="utf-8",
+    )
+    timeout = request.grader_timeout_sec
+    verifier = VerifierConfig(
+        import_path=VERIFIER_IMPORT_PATH,
+        kwargs={"input_path": str(grader_file), "grader_timeout_sec": timeout},
+        override_timeout_sec=with_margin(timeout, HARBOR_MARGIN_SEC),
+    )
+    return verifier, OSMO_GRADES

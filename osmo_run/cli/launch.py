@@ -1,0 +1,96 @@
+"""The body every run command shares: flags into a spec and settings, then the run.
+
+Each command parses only its own flags, builds its backend factory, and calls
+:func:`launch`; everything else a run needs comes from :class:`~osmo_run.cli.flags.RunFlags`
+and :class:`~osmo_run.cli.flags.CIFlags` here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import typer
+
+from osmo_run.cli.flags import CIFlags, RunFlags
+from osmo_run.cli.options import check_display, console, gates_from_flags, retry_categories
+
+if TYPE_CHECKING:
+    from osmo_run.run.overrides import HarborOverrides
+    from osmo_run.run.settings import BackendFactory, RunSettings
+    from osmo_run.run.spec import RunSpec
+
+
+def load_run_spec(
+    run: RunFlags, isolation: str | None = None, harbor: HarborOverrides | None = None
+) -> RunSpec:
+    """The spec ``--spec`` names (or an empty one) with the flags that set its fields laid
+    over it; puts its code dir first on ``sys.path``. Raises
+    :class:`~osmo_run.errors.SpecError` naming every invalid field."""
+    from osmo_run.run.overrides import HarborOverrides, SpecOverrides, spec_with_overrides
+    from osmo_run.sdk.imports import ensure_on_path
+
+    check_display(run.display)
+    overrides = SpecOverrides(
+        workflow=run.workflow,
+        grader=run.grader,
+        code_dir=run.code_dir,
+        output=run.output,
+        concurrency=run.concurrency,
+        limit=run.limit,
+        bad_rows=run.bad_rows,
+        samples_per_row=run.samples,
+        shard=run.shard,
+        isolation=isolation,
+        agent_sec=run.agent_timeout,
+        grader_sec=run.grader_timeout,
+        harbor=harbor or HarborOverrides(),
+    )
+    spec = spec_with_overrides(run.spec, overrides)
+    ensure_on_path(spec.code_dir or Path.cwd())
+    return spec
+
+
+def run_settings(
+    dataset: Path,
+    spec: RunSpec,
+    run: RunFlags,
+    ci: CIFlags,
+    *,
+    backend_name: str,
+    description: str,
+    backend_identity: dict[str, Any] | None = None,
+    info: dict[str, Any] | None = None,
+) -> RunSettings:
+    """The settings of one run from the shared flags; ``backend_identity`` holds the
+    backend's result-defining settings, ``info`` its informational ones."""
+    from osmo_run.run.settings import RunSettings
+
+    return RunSettings(
+        dataset=dataset,
+        spec=spec,
+        output=spec.output,
+        display="plain" if run.plain else run.display,
+        overwrite=run.overwrite,
+        resume=run.resume,
+        retry_errors=retry_categories(run.retry_errors),
+        description=description,
+        backend_name=backend_name,
+        backend_identity=backend_identity or {},
+        info=info or {},
+        gates=gates_from_flags(ci.fail_under, ci.min_pass_rate, ci.max_errors, ci.max_error_rate),
+        junit_xml=ci.junit_xml,
+        summary_md=ci.summary_md,
+        json_summary=ci.json_summary,
+        smoke_rows=ci.smoke_rows if ci.smoke else None,
+        seed=ci.seed,
+        fail_fast=ci.fail_fast,
+    )
+
+
+def launch(settings: RunSettings, make_backend: BackendFactory) -> NoReturn:
+    """Run and leave with the run's exit code (the console is stderr under ``--json``)."""
+    from osmo_run.run.session import execute_run
+
+    code = execute_run(settings, make_backend, console(stderr=settings.json_summary))
+    raise typer.Exit(int(code))

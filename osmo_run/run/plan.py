@@ -1,0 +1,152 @@
+"""A run, planned before anything runs: which rows (limit, shard, smoke subset), with which
+effective spec, under which identity (the manifest) and where its files go.
+
+:func:`plan_run` reads and checks the whole dataset and raises
+:class:`~osmo_run.errors.OsmoRunError` for bad input; nothing is written. The plan is frozen:
+a step that learns something new (the embedded model's address) makes a new plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from osmo_run import __version__
+from osmo_run.run.dataset import Dataset
+from osmo_run.run.manifest import Manifest
+from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.settings import RunSettings
+from osmo_run.run.spec import RunSpec
+from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.deadlines import SMOKE_DEADLINE_SEC
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One planned run. ``spec`` is the effective spec (``--smoke`` caps its deadlines);
+    ``rows`` counts the selected rows and ``problems`` the bad ones recorded as validation
+    errors (``bad_rows: record``). ``llm`` is the endpoint rollouts reach, ``None`` for
+    ``llm: embedded`` until its server has started (:func:`with_model_server`)."""
+
+    settings: RunSettings
+    spec: RunSpec
+    dataset: Dataset
+    rows: int
+    problems: tuple[str, ...]
+    manifest: Manifest
+    paths: RunPaths
+    llm: LLMEndpoint | None
+    model_note: str = ""
+    """What the display says about the model server the run started (empty: none)."""
+
+    @property
+    def samples(self) -> int:
+        return self.spec.samples_per_row
+
+    @property
+    def rollouts(self) -> int:
+        return self.rows * self.samples
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Values masked in everything the run writes and shows."""
+        return (self.llm.api_key,) if self.llm is not None and self.llm.api_key else ()
+
+
+def plan_run(settings: RunSettings) -> RunPlan:
+    """Check the dataset and fix the run's rows, identity and paths.
+
+    Raises :class:`~osmo_run.errors.DatasetError` for a bad dataset and
+    :class:`~osmo_run.errors.SpecError` for an unusable spec (an unset API key variable).
+    """
+    spec = smoke_spec(settings.spec) if settings.smoke_rows is not None else settings.spec
+    llm = spec.llm.endpoint() if spec.llm is not None else None
+    dataset = _dataset(settings.dataset, spec)
+    rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+    identity = dict(settings.backend_identity)
+    if settings.smoke_rows is not None:
+        indexes = [row.index for row in dataset.rows()]  # within --limit and --shard
+        count = min(settings.smoke_rows, rows)
+        chosen = frozenset(random.Random(settings.seed).sample(indexes, count))
+        dataset = _dataset(settings.dataset, spec, chosen)
+        rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+        identity["smoke"] = {"rows": settings.smoke_rows, "seed": settings.seed}
+    manifest = build_manifest(settings, spec, dataset, rows, identity)
+    paths = RunPaths(settings.output or Path("runs") / manifest.run_id / "results.jsonl")
+    return RunPlan(settings, spec, dataset, rows, tuple(problems), manifest, paths, llm)
+
+
+def _dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) -> Dataset:
+    return Dataset(
+        path,
+        agent_timeout_sec=spec.timeouts.agent_sec,
+        grader_timeout_sec=spec.timeouts.grader_sec,
+        limit=spec.limit,
+        shard=spec.shard_tuple(),
+        select=select,
+    )
+
+
+def smoke_spec(spec: RunSpec) -> RunSpec:
+    """``spec`` with its deadlines capped for a CI smoke step that must finish quickly."""
+
+    def cap(value: float | None) -> float:
+        return SMOKE_DEADLINE_SEC if value is None else min(value, SMOKE_DEADLINE_SEC)
+
+    timeouts = spec.timeouts.model_copy(
+        update={
+            "agent_sec": cap(spec.timeouts.agent_sec),
+            "grader_sec": cap(spec.timeouts.grader_sec),
+        }
+    )
+    return spec.model_copy(update={"timeouts": timeouts})
+
+
+def build_manifest(
+    settings: RunSettings,
+    spec: RunSpec,
+    dataset: Dataset,
+    rows: int,
+    backend_identity: dict[str, Any],
+) -> Manifest:
+    """The run's identity: defining fields (blocking a resume when changed) and the rest."""
+    workflow_config = spec.build_workflow_config()
+    defining: dict[str, Any] = {
+        "backend": settings.backend_name,
+        "workflow": spec.workflow,
+        "workflow_settings": workflow_config.settings,
+        "grader": spec.grader,
+        "grader_settings": spec.build_grader_config().settings,
+        "timeouts": spec.timeouts.model_dump(),
+        "model": None if spec.llm is None else spec.llm.model,
+        "dataset_sha256": dataset.content_sha256(),
+        "rows": rows,
+        "limit": spec.limit,
+        "shard": spec.shard,
+        "samples_per_row": spec.samples_per_row,
+        **backend_identity,
+    }
+    info: dict[str, Any] = {
+        "osmo_run_version": __version__,
+        "code_dir": str((spec.code_dir or Path.cwd()).resolve()),  # where regrade imports from
+        "dataset_path": str(settings.dataset.resolve()),  # regrade finds it from anywhere
+        "concurrency": workflow_config.concurrency.max_concurrent,
+        "llm_base_url": None if spec.llm is None else spec.llm.base_url,
+        "pass_threshold": spec.pass_threshold,
+        "retries": spec.retries.model_dump(),
+        **settings.info,
+    }
+    return Manifest(defining=defining, info=info, dataset_name=settings.dataset.stem)
+
+
+def with_model_server(
+    plan: RunPlan, endpoint: LLMEndpoint, server: dict[str, Any], note: str
+) -> RunPlan:
+    """``plan`` once the model server it started answers at ``endpoint`` (recorded in the
+    manifest's info as ``llm_base_url`` and ``llm_server``)."""
+    info = {**plan.manifest.info, "llm_base_url": endpoint.base_url, "llm_server": server}
+    manifest = dataclasses.replace(plan.manifest, info=info)
+    return dataclasses.replace(plan, manifest=manifest, llm=endpoint, model_note=note)

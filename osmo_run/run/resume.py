@@ -1,0 +1,164 @@
+"""What an existing run directory contributes to this invocation: the rollouts kept, those
+to run again, and the statistics of the kept ones (``--resume``, ``--retry-errors``).
+
+:func:`prepare_run_dir` is the only step before the run that changes files: it repairs a
+torn last line, moves rollouts to rerun into the attempts file, or clears the run with
+``--overwrite``. It refuses (:class:`~osmo_run.errors.InputError`) to continue a run whose
+defining fields changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from osmo_run.errors import InputError, OutputError
+from osmo_run.run.manifest import Manifest, read_manifest
+from osmo_run.run.plan import RunPlan
+from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
+from osmo_run.run.summary import SummaryBuilder
+
+
+@dataclass
+class ResumeState:
+    """The rollouts an earlier invocation finished, and what this one runs.
+
+    ``done`` has a bit per (row index, sample) set for each finished rollout that is kept;
+    ``only`` (``--retry-errors`` without ``--resume``) a bit for each rollout to rerun,
+    nothing else running. ``stats`` already counts the kept rollouts.
+    """
+
+    stats: SummaryBuilder
+    done: bytearray | None = None
+    only: bytearray | None = None
+    kept: int = 0
+    rerun: int = 0
+    repaired: bool = False
+
+    def skip(self, samples: int) -> Callable[[int, int], bool] | None:
+        """``skip(row_index, sample_index)``: whether that rollout is not to run now."""
+        done, only = self.done, self.only
+        if only is not None:
+            return lambda row, sample: not _bit(only, row * samples + sample)
+        if done is not None:
+            return lambda row, sample: _bit(done, row * samples + sample)
+        return None
+
+    def to_run(self, rollouts: int) -> int:
+        """How many of the plan's ``rollouts`` this invocation runs."""
+        return self.rerun if self.only is not None else rollouts - self.kept
+
+
+def _bit(bits: bytearray, index: int) -> bool:
+    byte = index >> 3
+    return byte < len(bits) and bool(bits[byte] & (1 << (index & 7)))
+
+
+def _set_bit(bits: bytearray, index: int) -> None:
+    byte = index >> 3
+    if byte >= len(bits):
+        bits.extend(bytes(byte - len(bits) + 1))
+    bits[byte] |= 1 << (index & 7)
+
+
+def prepare_run_dir(plan: RunPlan) -> ResumeState:
+    """Decide what of an existing run is kept; raise :class:`InputError` when the run may
+    not be continued (a defining field changed, or no flag says what to do)."""
+    settings, paths = plan.settings, plan.paths
+    stats = SummaryBuilder(plan.spec.pass_threshold, plan.samples)
+    if paths.results.is_dir():
+        raise OutputError(
+            f"{paths.results}: --output names a directory; give a file path like x.jsonl"
+        )
+    has_results = paths.results.exists() and paths.results.stat().st_size > 0
+    continuing = settings.resume or settings.retry_errors is not None
+    if settings.overwrite:
+        for path in (paths.results, paths.summary, paths.manifest, paths.attempts):
+            path.unlink(missing_ok=True)
+        return ResumeState(stats)
+    if not has_results:
+        if continuing:
+            raise InputError(_nothing_to_continue(plan))
+        paths.results.unlink(missing_ok=True)
+        return ResumeState(stats)
+    if not continuing:
+        raise OutputError(
+            f"{paths.results}: already holds results of this run; pass --resume to continue "
+            "it, --retry-errors to rerun its failures, or --overwrite to start over"
+        )
+    _check_same_run(paths, plan.manifest)
+    return _kept_and_rerun(plan, ResumeState(stats, repaired=repair_torn_tail(paths.results)))
+
+
+def _check_same_run(paths: RunPaths, manifest: Manifest) -> None:
+    previous = read_manifest(paths.manifest)
+    if previous is None:
+        raise InputError(
+            f"{paths.manifest}: missing, so {paths.results} cannot be checked against this "
+            "run; pass --overwrite to start over"
+        )
+    changes = manifest.differences(previous)
+    if changes:
+        raise InputError(
+            "this run differs from the one in "
+            f"{paths.directory} in what defines its results:\n"
+            + "\n".join(changes)
+            + "\npass --overwrite to start over, or choose another --output"
+        )
+
+
+def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
+    """Count the finished rollouts that stay, and move those to rerun out of the results."""
+    categories = plan.settings.retry_errors
+    samples = plan.samples
+    drop: set[tuple[str, int]] = set()
+    done = bytearray()
+    # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
+    only = bytearray() if not plan.settings.resume else None
+    for record in iter_records(plan.paths.results):
+        status = record.get("status")
+        sample = int(record.get("sample_index", 0))
+        position = int(record.get("row_index", 0)) * samples + sample
+        rerun = status == "cancelled" or (
+            categories is not None
+            and status == "failure"
+            and (not categories or record.get("error_category") in categories)
+        )
+        if rerun:
+            drop.add((str(record["row_id"]), sample))
+            if only is not None:
+                _set_bit(only, position)
+        else:
+            _set_bit(done, position)
+            state.stats.add_record(record)
+            state.kept += 1
+    state.rerun = rewrite_without(plan.paths, drop)
+    state.done, state.only = done, only
+    return state
+
+
+def _nothing_to_continue(plan: RunPlan) -> str:
+    """Why there is no run to continue, with what changed against the latest run of the
+    same dataset when one exists next to where this run would be."""
+    settings, paths, manifest = plan.settings, plan.paths, plan.manifest
+    flag = "--resume" if settings.resume else "--retry-errors"
+    message = f"{flag}: no run with these settings at {paths.directory}"
+    if settings.output is not None:
+        return message
+    candidates = [
+        (candidate.stat().st_mtime, candidate)
+        for candidate in paths.directory.parent.glob(f"{manifest.dataset_name}-*/*.manifest.json")
+    ]
+    for _, candidate in sorted(candidates, reverse=True):
+        try:
+            previous = read_manifest(candidate)
+        except InputError:
+            continue
+        if previous is not None and "regrade_of" not in previous.defining:  # not resumable
+            changes = manifest.differences(previous)
+            return (
+                f"{message}; the latest run of this dataset, {candidate.parent}, differs in "
+                "what defines its results:\n" + "\n".join(changes) + "\nrestore those "
+                "settings to continue it, or run without the flag to start a new run"
+            )
+    return message + "; run without the flag to start it"

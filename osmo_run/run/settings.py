@@ -1,0 +1,62 @@
+"""What a run command hands to the run: its settings, and how to make its backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from osmo_run.backends.base import ExecutionBackend
+from osmo_run.run.gates import Gates
+from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.spec import RunSpec
+from osmo_run.sdk.context import LLMEndpoint
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything a run needs once the spec and the flags are merged.
+
+    ``output`` is the results file (default ``runs/<run id>/results.jsonl``). ``resume``
+    continues a run; ``retry_errors`` (a set of categories, empty for all) reruns its
+    failed rollouts. ``backend_identity`` holds the backend's result-defining settings
+    (they enter the run id), ``info`` its informational ones. ``description`` is the first
+    part of the line the display starts with (the command and its dataset).
+    """
+
+    dataset: Path
+    spec: RunSpec
+    output: Path | None = None
+    display: str = "auto"
+    overwrite: bool = False
+    resume: bool = False
+    retry_errors: frozenset[str] | None = None
+    description: str = ""
+    backend_name: str = "local"
+    backend_identity: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    gates: Gates = field(default_factory=Gates)
+    junit_xml: Path | None = None
+    summary_md: Path | None = None
+    json_summary: bool = False
+    """Print the final summary as one JSON object on stdout (the console is stderr)."""
+    smoke_rows: int | None = None
+    """Run a fixed random subset of this many rows, with short timeouts and fail-fast."""
+    seed: int = 0
+    fail_fast: bool = False
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend is made with once the run is planned: where the run's files go, the
+    run id, and the model endpoint rollouts reach (the spec's, or the embedded model's
+    server the run started; ``None`` without an ``llm`` section)."""
+
+    paths: RunPaths
+    run_id: str
+    llm: LLMEndpoint | None
+
+
+BackendFactory = Callable[[BackendContext], ExecutionBackend]
+"""Makes the run's backend; called once, after the run directory is ready."""
