@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,21 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+def error_lines(stderr: str) -> list[str]:
+    """The ``error:`` lines of a refused command, asserting there is nothing else (no
+    traceback)."""
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert lines and all(line.startswith("error: ") for line in lines), stderr
+    return lines
+
+
+def call_counts(calls: Path) -> Counter[str]:
+    """How many times a counting workflow ran, per rollout id (one file per rollout id in
+    ``calls``, a line per run)."""
+    return Counter({p.name: len(p.read_text().splitlines()) for p in calls.iterdir()})
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment for a CLI subprocess: nothing forcing colours or a terminal width."""
     env = {
@@ -87,8 +105,35 @@ def write_jsonl(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+@contextlib.contextmanager
+def _as_a_process(cwd: Path, env: dict[str, str]) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """What a fresh ``osmo-run`` process would have, for one in-process run: ``cwd``, the
+    environment ``env``, captured stdout and stderr; afterwards the test's own again, and
+    the modules the run imported from outside the venv (a test's code in its tmp dir) are
+    forgotten, so the next run imports its own."""
+    before_cwd, before_env, before_modules = Path.cwd(), dict(os.environ), set(sys.modules)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            yield stdout, stderr
+    finally:
+        os.chdir(before_cwd)
+        os.environ.clear()
+        os.environ.update(before_env)
+        for name in set(sys.modules) - before_modules:
+            origin = getattr(sys.modules[name], "__file__", None) or ""
+            if origin and not origin.startswith((sys.prefix, str(REPO / "osmo_run"))):
+                del sys.modules[name]
+
+
 class CLI:
-    """Runs the real ``osmo-run`` script in a subprocess, from the test's tmp directory."""
+    """Runs ``osmo-run`` from the test's tmp directory: in this process by default (the same
+    entry point as the console script, without the cost of a new interpreter), or as the
+    real console script in a subprocess with :meth:`subprocess`, for what needs a process of
+    its own (signals, exit without waiting for abandoned work)."""
 
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
@@ -96,6 +141,19 @@ class CLI:
     def __call__(
         self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        from osmo_run.cli import run_cli
+
+        argv = [*map(str, args)]
+        with _as_a_process(self.cwd, env or cli_env()) as (stdout, stderr):
+            code = run_cli(argv)
+        return subprocess.CompletedProcess(
+            ["osmo-run", *argv], code, stdout.getvalue(), stderr.getvalue()
+        )
+
+    def subprocess(
+        self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The real console script in a subprocess."""
         return subprocess.run(
             [str(OSMO_RUN), *map(str, args)],
             cwd=self.cwd,
@@ -112,9 +170,11 @@ class CLI:
         *args: str | Path,
         timeout: float = 60,
         env: dict[str, str] | None = None,
+        in_process: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         """``osmo-run local DATASET --code-dir REPO ARGS...``"""
-        return self("local", dataset, "--code-dir", REPO, *args, timeout=timeout, env=env)
+        run = self if in_process else self.subprocess
+        return run("local", dataset, "--code-dir", REPO, *args, timeout=timeout, env=env)
 
 
 @pytest.fixture

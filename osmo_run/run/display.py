@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import IO, Protocol
+from typing import IO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -39,12 +39,21 @@ class _InFlight:
 _STATUS_STYLE = {"success": "green", "failure": "red", "cancelled": "yellow"}
 
 
-class Display(Protocol):
-    """Receives run events on the event loop thread; every method must return quickly."""
+class Display:
+    """Receives run events on the event loop thread; every method must return quickly.
 
-    def start(self, total: int, description: str) -> None: ...
-    def row_started(self, row_id: str) -> None: ...
-    def row_phase(self, row_id: str, phase: ProgressPhase) -> None: ...
+    This base shows nothing; a display overrides the events it shows.
+    """
+
+    def start(self, total: int, description: str) -> None:
+        """The run starts ``total`` rollouts; ``description`` says what runs where."""
+
+    def row_started(self, row_id: str) -> None:
+        """A rollout was dispatched to the backend."""
+
+    def row_phase(self, row_id: str, phase: ProgressPhase) -> None:
+        """An in-flight rollout entered ``phase``."""
+
     def row_retrying(
         self,
         row_id: str,
@@ -52,11 +61,20 @@ class Display(Protocol):
         max_attempts: int,
         delay_sec: float,
         failed: ExecutionResult,
-    ) -> None: ...
-    def row_finished(self, result: ExecutionResult) -> None: ...
-    def message(self, text: str) -> None: ...
-    def tick(self) -> None: ...
-    def stop(self) -> None: ...
+    ) -> None:
+        """``failed`` is retried as try ``attempt`` of ``max_attempts`` in ``delay_sec``."""
+
+    def row_finished(self, result: ExecutionResult) -> None:
+        """A rollout's final result was recorded."""
+
+    def message(self, text: str) -> None:
+        """A line for the person watching (an interrupt, fail-fast)."""
+
+    def tick(self) -> None:
+        """About once a second, for displays that print on a clock."""
+
+    def stop(self) -> None:
+        """The run is over (also after an interrupt); leave the terminal as it was."""
 
 
 class _Counts:
@@ -96,27 +114,11 @@ class _Counts:
         return line
 
 
-class NullDisplay:
+class NullDisplay(Display):
     """Shows nothing (``--display none``, benchmarks)."""
 
-    def start(self, total: int, description: str) -> None: ...
-    def row_started(self, row_id: str) -> None: ...
-    def row_phase(self, row_id: str, phase: ProgressPhase) -> None: ...
-    def row_retrying(
-        self,
-        row_id: str,
-        attempt: int,
-        max_attempts: int,
-        delay_sec: float,
-        failed: ExecutionResult,
-    ) -> None: ...
-    def row_finished(self, result: ExecutionResult) -> None: ...
-    def message(self, text: str) -> None: ...
-    def tick(self) -> None: ...
-    def stop(self) -> None: ...
 
-
-class PlainDisplay:
+class PlainDisplay(Display):
     """Plain lines, no control codes: a progress line every ``interval_sec`` and one line per
     failed row (the first ``max_failure_lines``)."""
 
@@ -139,10 +141,6 @@ class PlainDisplay:
         self._counts.total = total
         self._next_progress = time.monotonic() + self._interval
         self._print(description)
-
-    def row_started(self, row_id: str) -> None: ...
-
-    def row_phase(self, row_id: str, phase: ProgressPhase) -> None: ...
 
     def row_retrying(
         self,
@@ -186,7 +184,7 @@ class PlainDisplay:
         self._print("finished: " + self._counts.line())
 
 
-class LiveDisplay:
+class LiveDisplay(Display):
     """A rich live table: counters, rows in flight with phase and elapsed time, and the
     last finished rows. Rendering happens on rich's refresh thread from a snapshot of the
     state, so per-row events cost a dictionary update."""
@@ -282,8 +280,6 @@ class LiveDisplay:
 
     def message(self, text: str) -> None:
         self._console.print(text)
-
-    def tick(self) -> None: ...
 
     def stop(self) -> None:
         if self._live is not None:

@@ -60,7 +60,8 @@ class AgentWorkflowConfig:
 
 @dataclass
 class GraderConfig:
-    """What a grader is configured with: free-form ``settings`` and the pass threshold."""
+    """What a grader is configured with: its free-form ``settings`` from the spec's
+    ``grader_config.settings`` (the pass threshold is the spec's ``pass_threshold``)."""
 
     settings: dict[str, Any] = field(default_factory=dict)
 

@@ -46,6 +46,7 @@ def test_local_run_never_imports_harbor(cli: CLI, tmp_path: Path, write_jsonl: W
         "-o",
         tmp_path / "out.jsonl",
         env=env,
+        in_process=False,  # which modules a fresh process loads
     )
     assert proc.returncode == 0, proc.stderr
     modules = set(log.read_text().splitlines())

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, OSMO_RUN, REPO, Row, cli_env, read_jsonl
+from tests.conftest import CLI, OSMO_RUN, REPO, Row, cli_env, error_lines, read_jsonl
 
 WriteJsonl = Callable[..., Path]
 SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
@@ -29,13 +29,6 @@ MIXED: list[Row] = [
     {"id": "slow", "prompt": "hi", "label": "hi", "metadata": {"sleep": 5}},
     {"id": "unlabeled", "prompt": "hi"},
 ]
-
-
-def _error_lines(stderr: str) -> list[str]:
-    assert "Traceback" not in stderr
-    lines = stderr.splitlines()
-    assert lines and all(line.startswith("error: ") for line in lines), stderr
-    return lines
 
 
 def test_all_rows_succeeding_exits_0(cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path) -> None:
@@ -121,7 +114,7 @@ def test_existing_output_is_refused_without_overwrite(
     data = write_jsonl([{"prompt": "hi", "metadata": {"raise": "RuntimeError"}}])
     proc = cli.local(data, *SCRIPTED, "-o", output)
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr)[0] == (
+    assert error_lines(proc.stderr)[0] == (
         f"error: {output}: already holds results of this run; pass --resume to continue "
         "it, --retry-errors to rerun its failures, or --overwrite to start over"
     )
@@ -139,7 +132,7 @@ def test_bad_spec_field_exits_2_naming_the_field(
     spec.write_text("workflow: tests.workflows:ScriptedWorkflow\ntimeouts: {agnet_sec: 1}\n")
     proc = cli.local(write_jsonl([{"prompt": "hi"}]), "--spec", spec)
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == [
+    assert error_lines(proc.stderr) == [
         f"error: {spec}: field 'timeouts.agnet_sec': unknown field; did you mean 'agent_sec'?"
     ]
     assert not (tmp_path / "runs").exists()
@@ -151,7 +144,7 @@ def test_bad_dataset_line_exits_2_naming_file_and_line(
     data = write_jsonl([{"prompt": "hi"}, '{"prompt": "hi",}', {"prompt": "hi"}])
     proc = cli.local(data, *SCRIPTED, "-o", tmp_path / "out.jsonl")
     assert proc.returncode == 2
-    lines = _error_lines(proc.stderr)
+    lines = error_lines(proc.stderr)
     assert lines[0].startswith(f"error: {data}:2: not valid JSON (")
     assert "nothing was run" in lines[1]
     assert not (tmp_path / "out.jsonl").exists()
@@ -200,7 +193,7 @@ def test_bad_invocation_exits_2_with_one_error_line(
     write_jsonl([{"prompt": "hi"}])
     proc = cli.local(Path(args[0]), *args[1:])
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == [expected]
+    assert error_lines(proc.stderr) == [expected]
 
 
 @pytest.mark.parametrize("display", [("--display", "plain"), ()], ids=["plain", "not-a-tty"])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import yaml
 
 from osmo_run.run.records import OutputRecord
 from osmo_run.run.report import LoadedRun, summarize
-from tests.conftest import CLI, REPO, cli_env, read_jsonl
+from tests.conftest import CLI, REPO, call_counts, cli_env, error_lines, read_jsonl
 
 WriteJsonl = Callable[..., Path]
 COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
@@ -32,17 +31,6 @@ RESULT_KEYS = (
     "pass",
     "samples_per_row",
 )
-
-
-def _error_lines(stderr: str) -> list[str]:
-    assert "Traceback" not in stderr
-    lines = stderr.splitlines()
-    assert lines and all(line.startswith("error: ") for line in lines), stderr
-    return lines
-
-
-def _calls(calls: Path) -> Counter[str]:
-    return Counter({p.name: len(p.read_text().splitlines()) for p in calls.iterdir()})
 
 
 def _summary_text(stdout: str) -> str:
@@ -208,11 +196,11 @@ def test_regrade_with_another_grader_changes_rewards_without_running_the_workflo
     (run_dir,) = (tmp_path / "runs").iterdir()
     original = (run_dir / "results.jsonl").read_text()
     manifest = json.loads((run_dir / "results.manifest.json").read_text())
-    ran = _calls(calls)
+    ran = call_counts(calls)
 
     proc = cli("regrade", run_dir, "--grader", "tests.workflows:ScriptedGrader")
     assert proc.returncode == 1, proc.stderr
-    assert _calls(calls) == ran, "regrade must not run the workflow"
+    assert call_counts(calls) == ran, "regrade must not run the workflow"
     assert (run_dir / "results.jsonl").read_text() == original
     (regraded,) = (tmp_path / "runs").glob(f"{run_dir.name}-regrade-*")
     assert re.fullmatch(rf"{re.escape(run_dir.name)}-regrade-[0-9a-f]{{8}}", regraded.name)
@@ -289,7 +277,7 @@ def test_regrade_refuses_when_the_dataset_changed(
     write_jsonl(rows)
     proc = cli("regrade", run_dir)
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == [
+    assert error_lines(proc.stderr) == [
         f"error: {data}: the run's dataset is missing or changed since the run; regrade "
         "needs the same rows (their labels)"
     ]
@@ -349,7 +337,7 @@ def test_shards_cover_every_row_once_and_merge_into_the_unsharded_summary(
     )
     assert [len(i) for i in ids] == [4, 4, 3]
     assert sorted(ids[1]) == ["row-01", "row-04", "row-07", "row-10"]  # index % 3 == 1
-    assert _calls(calls) == {r["id"]: 2 for r in rows}  # once sharded, once whole
+    assert call_counts(calls) == {r["id"]: 2 for r in rows}  # once sharded, once whole
 
     merged = cli("report", *(output.parent for output in shards))
     assert merged.returncode == 1, merged.stderr
@@ -403,15 +391,15 @@ def test_shards_of_different_runs_are_not_merged(
 
     proc = cli("report", one, two)
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == [
+    assert error_lines(proc.stderr) == [
         "error: these shard runs differ in what defines their results; not one run"
     ]
     proc = cli("report", one, again)
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == ["error: shards 1/2, 1/2 are not distinct shards of one N"]
+    assert error_lines(proc.stderr) == ["error: shards 1/2, 1/2 are not distinct shards of one N"]
     proc = cli("report", one, other_n)
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == ["error: shards 1/2, 2/3 are not distinct shards of one N"]
+    assert error_lines(proc.stderr) == ["error: shards 1/2, 2/3 are not distinct shards of one N"]
     assert proc.stdout == ""
 
 
@@ -440,7 +428,7 @@ def test_a_bad_shard_is_refused_before_anything_runs(
     data = write_jsonl(_shard_rows(calls))
     proc = cli.local(data, *GRADED, "--shard", shard)
     assert proc.returncode == 2
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert line.startswith("error: command line: field 'shard': ")
     assert shard in line
     assert not (tmp_path / "runs").exists()

@@ -17,23 +17,11 @@ import pytest
 
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, OSMO_RUN, REPO, cli_env, read_jsonl
+from tests.conftest import CLI, OSMO_RUN, REPO, call_counts, cli_env, error_lines, read_jsonl
 
 WriteJsonl = Callable[..., Path]
 COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
 GRADED = (*COUNTING, "--grader", "tests.workflows:ScriptedGrader")
-
-
-def _error_lines(stderr: str) -> list[str]:
-    assert "Traceback" not in stderr
-    lines = stderr.splitlines()
-    assert lines and all(line.startswith("error: ") for line in lines), stderr
-    return lines
-
-
-def _calls(calls: Path) -> Counter[str]:
-    """How many times the workflow ran, per rollout id."""
-    return Counter({p.name: len(p.read_text().splitlines()) for p in calls.iterdir()})
 
 
 def _lines(path: Path) -> int:
@@ -116,7 +104,7 @@ def test_sigkill_mid_run_then_resume_records_every_row_exactly_once(
     for record in records.values():
         OutputRecord.model_validate(record)
     assert {r for r, rec in records.items() if rec["status"] == "failure"} == failing
-    ran = _calls(calls)
+    ran = call_counts(calls)
     assert set(ran) == set(records)
     assert all(ran[row_id] == 1 for row_id in finished_before), "finished rows never rerun"
     assert all(count <= 2 for count in ran.values())
@@ -166,7 +154,7 @@ def test_ctrl_c_then_resume_reruns_the_cancelled_rows_once(
     assert sorted((r["row_id"], r["status"]) for r in attempts) == [
         (f"slow-{i}", "cancelled") for i in range(3)
     ]
-    assert _calls(calls) == {
+    assert call_counts(calls) == {
         **{f"fast-{i}": 1 for i in range(3)},
         **{f"slow-{i}": 2 for i in range(3)},
     }
@@ -225,14 +213,14 @@ def test_resume_refuses_a_change_that_defines_the_results_with_its_diff(
         args.remove("--grader")
     proc = cli.local(data, *args)
     assert proc.returncode == 2, proc.stdout
-    lines = _error_lines(proc.stderr)
+    lines = error_lines(proc.stderr)
     assert lines[0] == (
         f"error: this run differs from the one in {tmp_path} in what defines its results:"
     )
     assert [line.removeprefix("error: ") for line in lines[1:-1]] == expected
     assert lines[-1] == "error: pass --overwrite to start over, or choose another --output"
     assert output.read_text() == before, "a refused resume touches nothing"
-    assert sum(_calls(calls).values()) == 4
+    assert sum(call_counts(calls).values()) == 4
 
 
 def test_resume_refuses_a_changed_dataset(
@@ -247,7 +235,7 @@ def test_resume_refuses_a_changed_dataset(
     rows[3]["label"] = "changed"
     proc = cli.local(write_jsonl(rows), *GRADED, "-o", output, "--resume")
     assert proc.returncode == 2
-    changed = [line for line in _error_lines(proc.stderr) if line.startswith("error:   ")]
+    changed = [line for line in error_lines(proc.stderr) if line.startswith("error:   ")]
     assert len(changed) == 1
     assert changed[0].startswith("error:   dataset_sha256: '")
     assert " -> '" in changed[0]
@@ -263,7 +251,7 @@ def test_resume_without_output_names_what_differs_from_the_latest_run(
     (run_dir,) = (tmp_path / "runs").iterdir()
     proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume")
     assert proc.returncode == 2
-    lines = _error_lines(proc.stderr)
+    lines = error_lines(proc.stderr)
     assert lines[0].startswith("error: --resume: no run with these settings at runs/data-")
     assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in lines[0]
     assert "error:   timeouts.agent_sec: 600.0 -> 9.0" in lines
@@ -288,7 +276,7 @@ def test_resume_accepts_changes_that_do_not_define_the_results(
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [results.parent.name]
     records = _one_line_per_rollout(read_jsonl(results))
     assert len(records) == 6
-    assert sum(_calls(calls).values()) == 6 + 4  # the first run, then the four not kept
+    assert sum(call_counts(calls).values()) == 6 + 4  # the first run, then the four not kept
     manifest = json.loads(results.with_name("results.manifest.json").read_text())
     assert manifest["info"]["concurrency"] == 1
     summary = json.loads(results.with_name("results.summary.json").read_text())
@@ -306,16 +294,16 @@ def test_rerunning_an_existing_run_without_a_flag_is_refused(
     before = results.read_text()
     proc = cli.local(data, *GRADED)
     assert proc.returncode == 2
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert line.startswith(f"error: {results.relative_to(tmp_path)}: already holds results")
     for flag in ("--resume", "--retry-errors", "--overwrite"):
         assert flag in line
     assert results.read_text() == before
-    assert sum(_calls(calls).values()) == 4
+    assert sum(call_counts(calls).values()) == 4
     proc = cli.local(data, *GRADED, "--overwrite")
     assert proc.returncode == 0, proc.stderr
     assert len(read_jsonl(results)) == 4
-    assert sum(_calls(calls).values()) == 8
+    assert sum(call_counts(calls).values()) == 8
 
 
 def test_resume_without_a_run_to_continue_is_refused(
@@ -324,7 +312,7 @@ def test_resume_without_a_run_to_continue_is_refused(
     data = write_jsonl([{"prompt": "hi"}])
     proc = cli.local(data, *COUNTING, "-o", tmp_path / "out.jsonl", "--resume")
     assert proc.returncode == 2
-    assert _error_lines(proc.stderr) == [
+    assert error_lines(proc.stderr) == [
         f"error: --resume: no run with these settings at {tmp_path}"
     ]
     proc = cli.local(data, *COUNTING, "--retry-errors")
@@ -366,7 +354,7 @@ def test_retry_errors_reruns_only_failed_rows_of_the_named_categories(
     proc = cli.local(*base, "--retry-errors", "timeout")
     assert proc.returncode == 1, proc.stderr  # broken and invalid still fail
     assert "1 rows (4 kept from before)" in proc.stdout
-    assert _calls(calls) == {"ok-1": 1, "ok-2": 1, "late": 2, "broken": 1, "invalid": 1}
+    assert call_counts(calls) == {"ok-1": 1, "ok-2": 1, "late": 2, "broken": 1, "invalid": 1}
     records = _one_line_per_rollout(read_jsonl(output))
     assert (records["late"]["status"], records["late"]["reward"]) == ("success", 1.0)
     assert records["broken"] == first["broken"]
@@ -375,7 +363,7 @@ def test_retry_errors_reruns_only_failed_rows_of_the_named_categories(
 
     proc = cli.local(*base, "--retry-errors=agent_error,validation_error")
     assert proc.returncode == 0, proc.stderr
-    assert _calls(calls) == {"ok-1": 1, "ok-2": 1, "late": 2, "broken": 2, "invalid": 2}
+    assert call_counts(calls) == {"ok-1": 1, "ok-2": 1, "late": 2, "broken": 2, "invalid": 2}
     records = _one_line_per_rollout(read_jsonl(output))
     assert len(records) == 5
     assert {r["status"] for r in records.values()} == {"success"}
@@ -402,7 +390,7 @@ def test_retry_errors_reruns_only_failed_rows_of_the_named_categories(
         proc = cli("local", *args, "--code-dir", REPO)
         assert proc.returncode == 0, proc.stderr
         assert "0 rows (5 kept from before)" in proc.stdout
-    assert sum(_calls(calls).values()) == 8
+    assert sum(call_counts(calls).values()) == 8
 
 
 @pytest.mark.parametrize(
@@ -427,7 +415,7 @@ def test_retry_errors_with_an_unknown_category_is_refused(
     data = write_jsonl([{"prompt": "hi"}])
     proc = cli.local(data, *COUNTING, "--retry-errors", "timeout,flaky")
     assert proc.returncode == 2
-    (line,) = _error_lines(proc.stderr)
+    (line,) = error_lines(proc.stderr)
     assert line.startswith("error: --retry-errors: flaky is not an error category (")
 
 
@@ -449,7 +437,7 @@ def test_resume_with_samples_runs_each_missing_sample_once(
     keys = [(r["row_id"], r["sample_index"]) for r in records]
     assert sorted(keys) == [(f"q{i}", k) for i in range(3) for k in range(3)]
     assert records[:4] == kept
-    ran = _calls(calls)
+    ran = call_counts(calls)
     assert sum(ran.values()) == 9 + 5
     assert all(ran[f"{r['row_id']}~{r['sample_index']}"] == 1 for r in kept)
 
@@ -471,7 +459,7 @@ def test_resume_and_retry_errors_together_run_the_missing_and_the_failed_rows(
     records = _one_line_per_rollout(read_jsonl(output))
     assert set(records) == {f"q{i}" for i in range(5)}
     assert {r["status"] for r in records.values()} == {"success"}
-    assert _calls(calls) == {"q0": 2, "q1": 1, "q2": 1, "q3": 2, "q4": 2}
+    assert call_counts(calls) == {"q0": 2, "q1": 1, "q2": 1, "q3": 2, "q4": 2}
     assert [r["row_id"] for r in read_jsonl(tmp_path / "out.attempts.jsonl")] == ["q0"]
 
 
@@ -506,7 +494,7 @@ def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
     assert cli("regrade", run_dir, "--grader", "tests.workflows:LabelGrader").returncode == 0
     proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume")
     assert proc.returncode == 2
-    lines = _error_lines(proc.stderr)
+    lines = error_lines(proc.stderr)
     assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in lines[0]
     assert [line for line in lines if line.startswith("error:   ")] == [
         "error:   timeouts.agent_sec: 600.0 -> 9.0"

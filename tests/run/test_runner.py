@@ -17,7 +17,7 @@ from osmo_run import (
     ExecutionResult,
     Grader,
 )
-from osmo_run.backends.base import ExecutionBackend, ResultCallback
+from osmo_run.backends.base import ExecutionBackend
 from osmo_run.backends.local import LocalBackend
 from osmo_run.errors import OutputError
 from osmo_run.run.dataset import Dataset
@@ -26,6 +26,7 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import OutputRecord
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.summary import RunSummary
+from osmo_run.testing import FakeBackend
 from tests.conftest import Row, jsonl_bytes, read_jsonl
 from tests.workflows import ScriptedGrader, ScriptedWorkflow
 
@@ -194,26 +195,15 @@ def test_failed_write_stops_the_run_and_raises(tmp_path: Path) -> None:
     assert len(display.started) == 3
 
 
-class BrokenBackend(ExecutionBackend):
+def _broken(request: ExecutionRequest) -> None:
     """Raises for rows whose prompt is ``raise``; returns without a result otherwise."""
-
-    @property
-    def max_concurrency(self) -> int:
-        return 2
-
-    async def execute(
-        self,
-        request: ExecutionRequest,
-        on_workflow_complete: ResultCallback,
-        on_grader_complete: ResultCallback | None = None,
-    ) -> None:
-        if request.prompt[0]["content"] == "raise":
-            raise RuntimeError("backend exploded")
+    if request.prompt[0]["content"] == "raise":
+        raise RuntimeError("backend exploded")
 
 
 def test_backend_bugs_become_internal_error_rows(tmp_path: Path) -> None:
     rows: list[Row] = [{"id": "a", "prompt": "raise"}, {"id": "b", "prompt": "silent"}]
-    _, lines = _run(tmp_path, rows, BrokenBackend())
+    _, lines = _run(tmp_path, rows, FakeBackend(_broken, max_concurrency=2))
     by_id = {line["row_id"]: line for line in lines}
     assert by_id["a"]["error_category"] == "internal_error"
     assert by_id["a"]["error_message"] == "the backend failed: RuntimeError: backend exploded"

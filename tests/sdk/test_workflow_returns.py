@@ -8,23 +8,20 @@ from typing import Any
 import pytest
 
 from osmo_run import (
-    AgentWorkflowConfig,
     ErrorCategory,
     ExecutionResult,
     Phase,
     RolloutStatus,
     get_rollout_context,
 )
-from osmo_run.sdk.rollout import run_workflow_phase
-from tests.conftest import make_request
+from osmo_run.testing import run_workflow
 from tests.workflows import DoubleSourceWorkflow, ScriptedWorkflow, SourceWorkflow
 
 ANSWER = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}]
 
 
 def _run(workflow: Any, metadata: dict[str, Any] | None = None) -> ExecutionResult:
-    request = make_request(metadata)
-    return asyncio.run(run_workflow_phase(request, workflow, AgentWorkflowConfig()))
+    return asyncio.run(run_workflow(workflow, "hi", metadata=metadata, timeout_sec=5))
 
 
 def test_message_list_becomes_the_sample() -> None:
