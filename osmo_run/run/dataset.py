@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import DatasetError
+from osmo_run.run.seen import SeenHashes
 from osmo_run.sdk.types import ExecutionRequest
 
 _KNOWN = frozenset(
@@ -169,39 +169,6 @@ def _decode(number: int, raw: bytes) -> str | _RowError:
         return _RowError(f"not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8")
 
 
-class _HashTable64:
-    """A set of hash values in one flat array (open addressing, at most half full): memory
-    per member is 16 bytes, where a Python set of ints needs about 70."""
-
-    def __init__(self, capacity: int = 1024) -> None:
-        self._slots = array("q", bytes(8 * capacity))
-        self._count = 0
-
-    def add(self, value: int) -> bool:
-        """Add ``value``; return whether it (or a value equal in its low 63 bits) was there."""
-        value = (value & 0x7FFF_FFFF_FFFF_FFFF) or 1  # 0 marks an empty slot
-        if 2 * (self._count + 1) > len(self._slots):
-            self._grow()
-        slots = self._slots
-        mask = len(slots) - 1
-        index = value & mask
-        while (current := slots[index]) != 0:
-            if current == value:
-                return True
-            index = (index + 1) & mask
-        slots[index] = value
-        self._count += 1
-        return False
-
-    def _grow(self) -> None:
-        old = self._slots
-        self._slots = array("q", bytes(16 * len(old)))
-        self._count = 0
-        for value in old:
-            if value:
-                self.add(value)
-
-
 class Dataset:
     """A JSONL file read lazily, as often as needed (validation pass, then the run).
 
@@ -234,12 +201,10 @@ class Dataset:
                 digest.update(chunk)
         return digest.hexdigest()
 
-    def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
-        """Yield every selected row, bad ones with ``error`` set, in file order.
-
-        ``index`` counts rows within ``limit``; a shard ``(K, N)`` keeps the rows whose
-        index is ``K-1`` modulo ``N`` unless ``whole_selection``.
-        """
+    def _selected_lines(
+        self, whole_selection: bool = False
+    ) -> Iterator[tuple[int, int, str | _RowError]]:
+        """``(index, line number, text)`` of every selected non-blank line (see :meth:`rows`)."""
         lines = (
             item for item in _lines(self.path) if not isinstance(item[1], str) or item[1].strip()
         )
@@ -251,6 +216,15 @@ class Dataset:
                 continue
             if self.select is not None and not whole_selection and index not in self.select:
                 continue
+            yield index, number, text
+
+    def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
+        """Yield every selected row, bad ones with ``error`` set, in file order.
+
+        ``index`` counts rows within ``limit``; a shard ``(K, N)`` keeps the rows whose
+        index is ``K-1`` modulo ``N`` unless ``whole_selection``.
+        """
+        for index, number, text in self._selected_lines(whole_selection):
             obj: object = None
             try:
                 if isinstance(text, _RowError):
@@ -280,12 +254,14 @@ class Dataset:
         """
         count = 0
         problems: list[str] = []
-        # Hashes, not ids, in a flat table: 16 bytes a row instead of ~130 for a dict of ids.
-        # A hash seen twice makes the id a suspect, confirmed (with its lines) in a second pass.
-        seen_hashes = _HashTable64()
-        numeric_ids: set[int] = set()
+        # Hashes, not ids: ~6 bytes a row instead of ~130 for a dict of ids. An id the table
+        # may have seen is a suspect, confirmed (with its lines) in a second pass.
+        expected = 0
+        seen_ids: SeenHashes | None = None
+        numeric_ids: SeenHashes | None = None
         line_named = False
         suspects: set[str] = set()
+        bad_lines: set[int] = set()  # recorded bad rows: no id of theirs counts
         for row in self.rows():
             count += 1
             if row.error is not None:
@@ -295,35 +271,67 @@ class Dataset:
                         "to record bad rows as validation errors and run the rest)"
                     )
                 problems.append(row.error)
+                bad_lines.add(row.line)
                 continue
             if not row.explicit_id:
                 line_named = True
                 continue  # a line-number id is unique; remembering it would cost memory per row
-            if seen_hashes.add(hash(row.row_id)):
+            if seen_ids is None:
+                expected = self._line_count()
+                seen_ids = SeenHashes(expected)
+            if seen_ids.add(hash(row.row_id)):
                 suspects.add(row.row_id)
             if row.row_id.isdigit():
+                numeric_ids = numeric_ids or SeenHashes(expected)
                 numeric_ids.add(int(row.row_id))
         if count == 0:
             raise DatasetError(f"{self.path}: the dataset has no rows")
-        if line_named and numeric_ids:
+        if line_named and numeric_ids is not None:
             # An explicit numeric id may equal another row's line number (its implicit id):
             # a second pass that only datasets mixing both kinds of id pay for.
             suspects.update(
-                row.row_id
-                for row in self.rows()
-                if row.error is None and not row.explicit_id and row.line in numeric_ids
+                str(line)
+                for _, line, row_id, explicit in self._ids(bad_lines)
+                if not explicit and line in numeric_ids
             )
         if suspects:
-            self._raise_first_duplicate(suspects)
+            self._raise_first_duplicate(suspects, bad_lines)
         return count, problems
 
-    def _raise_first_duplicate(self, suspects: set[str]) -> None:
+    def _line_count(self) -> int:
+        """How many lines the file has (an upper bound of its rows), read at C speed; 0 when
+        it cannot be read (reading its rows says why)."""
+        count = 0
+        try:
+            with open(self.path, "rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    count += chunk.count(b"\n")
+        except OSError:
+            return 0
+        return count + 1
+
+    def _ids(self, bad_lines: set[int]) -> Iterator[tuple[int, int, str, bool]]:
+        """``(index, line, id, explicit)`` of each selected row but ``bad_lines``, reading no
+        more than its id (the confirming pass of the duplicate check)."""
+        for index, number, text in self._selected_lines():
+            if isinstance(text, _RowError) or number in bad_lines:
+                continue
+            try:
+                obj = json.loads(text)
+                if not isinstance(obj, dict):
+                    continue
+                explicit = "id" in obj
+                yield index, number, _check_id(obj["id"]) if explicit else str(number), explicit
+            except (ValueError, RecursionError):  # a bad row: already reported
+                continue
+
+    def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
         first_line: dict[str, int] = {}
-        for row in self.rows():
-            if row.error is None and row.row_id in suspects:
-                if row.row_id in first_line:
-                    raise self._duplicate(row.row_id, first_line[row.row_id], row.line)
-                first_line[row.row_id] = row.line
+        for _, line, row_id, _ in self._ids(bad_lines):
+            if row_id in suspects:
+                if row_id in first_line:
+                    raise self._duplicate(row_id, first_line[row_id], line)
+                first_line[row_id] = line
 
     def _duplicate(self, row_id: str, first: int, again: int) -> DatasetError:
         return DatasetError(

@@ -8,18 +8,12 @@ serves a live run and ``osmo-run report`` reading a run's files.
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmo_run.run.stats import (
-    MeanEstimate,
-    estimate_mean,
-    mean_pass_at_k,
-    pass_at_k_ks,
-    percentile,
-)
+from osmo_run.run.quantiles import QuantileSketch
+from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
 from osmo_run.sdk.types import LLMUsage
 
 
@@ -66,9 +60,8 @@ class UsageSummary:
         }
 
 
-def _spread(values: list[float]) -> tuple[float | None, float | None, float | None]:
-    values.sort()
-    return percentile(values, 0.5), percentile(values, 0.95), values[-1] if values else None
+def _spread(values: QuantileSketch) -> tuple[float | None, float | None, float | None]:
+    return values.quantile(0.5), values.quantile(0.95), values.max
 
 
 @dataclass
@@ -162,9 +155,9 @@ class RunSummary:
 
 
 class SummaryBuilder:
-    """Accumulates finished rollouts. Memory: one float per rollout (its duration), two per
-    rollout that called a model (its prompt and completion tokens), plus a pass count per
-    row when ``samples_per_row > 1`` (for pass@k)."""
+    """Accumulates finished rollouts. Memory does not grow with the run's length but for a
+    pass count per row when ``samples_per_row > 1`` (for pass@k): durations and token counts
+    go to bounded :class:`~osmo_run.run.quantiles.QuantileSketch` es."""
 
     def __init__(self, pass_threshold: float = 1.0, samples_per_row: int = 1) -> None:
         self.pass_threshold = pass_threshold
@@ -172,7 +165,7 @@ class SummaryBuilder:
         self._status: Counter[str] = Counter()
         self._categories: Counter[str] = Counter()
         self._skipped: Counter[str] = Counter()
-        self._durations: array[float] = array("d")
+        self._durations = QuantileSketch()
         self._graded = 0
         self._reward_sum = 0.0
         self._reward_sq = 0.0
@@ -180,14 +173,15 @@ class SummaryBuilder:
         self._reward_max: float | None = None
         self._passed = 0
         self._per_row: dict[int, list[int]] = {}
-        self._prompt_tokens: array[float] = array("d")
-        self._completion_tokens: array[float] = array("d")
+        self._prompt_tokens = QuantileSketch()
+        self._completion_tokens = QuantileSketch()
+        self._total_tokens = QuantileSketch()
         self._model_calls = 0
         self._model_sec = 0.0
 
     @property
     def finished(self) -> int:
-        return len(self._durations)
+        return self._durations.count
 
     @property
     def failed(self) -> int:
@@ -205,8 +199,9 @@ class SummaryBuilder:
     ) -> None:
         """Count one rollout. A reward counts only on a successful rollout."""
         if usage is not None and usage.model_calls:
-            self._prompt_tokens.append(usage.prompt_tokens)
-            self._completion_tokens.append(usage.completion_tokens)
+            self._prompt_tokens.add(usage.prompt_tokens)
+            self._completion_tokens.add(usage.completion_tokens)
+            self._total_tokens.add(usage.prompt_tokens + usage.completion_tokens)
             self._model_calls += usage.model_calls
             self._model_sec += usage.model_sec
         self._status[status] += 1
@@ -214,7 +209,7 @@ class SummaryBuilder:
             self._categories[category] += 1
         if skipped is not None:
             self._skipped[skipped] += 1
-        self._durations.append(seconds)
+        self._durations.add(seconds)
         passed = False
         if reward is not None and status == "success":
             self._graded += 1
@@ -244,24 +239,22 @@ class SummaryBuilder:
         )
 
     def _usage(self) -> UsageSummary | None:
-        if not self._prompt_tokens:
+        if not self._prompt_tokens.count:
             return None
-        prompt, completion = list(self._prompt_tokens), list(self._completion_tokens)
-        totals = [p + c for p, c in zip(prompt, completion, strict=True)]
         return UsageSummary(
-            rollouts=len(prompt),
+            rollouts=self._prompt_tokens.count,
             model_calls=self._model_calls,
-            prompt_tokens=int(sum(prompt)),
-            completion_tokens=int(sum(completion)),
+            prompt_tokens=int(self._prompt_tokens.total),
+            completion_tokens=int(self._completion_tokens.total),
             model_sec=self._model_sec,
-            prompt_per_rollout=_spread(prompt),
-            completion_per_rollout=_spread(completion),
-            total_per_rollout=_spread(totals),
+            prompt_per_rollout=_spread(self._prompt_tokens),
+            completion_per_rollout=_spread(self._completion_tokens),
+            total_per_rollout=_spread(self._total_tokens),
         )
 
     def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
-        durations = sorted(self._durations)
-        total = len(durations)
+        durations = self._durations
+        total = durations.count
         if self.samples_per_row > 1:
             rows = [(n, c) for n, c in self._per_row.values()]
             pass_k = {k: mean_pass_at_k(rows, k) for k in pass_at_k_ks(self.samples_per_row)}
@@ -275,9 +268,9 @@ class SummaryBuilder:
             reward_sum=self._reward_sum,
             reward_min=self._reward_min,
             reward_max=self._reward_max,
-            duration_p50=percentile(durations, 0.5),
-            duration_p95=percentile(durations, 0.95),
-            duration_max=durations[-1] if durations else None,
+            duration_p50=durations.quantile(0.5),
+            duration_p95=durations.quantile(0.95),
+            duration_max=durations.max,
             grader_skipped=dict(self._skipped.most_common()),
             output=output,
             interrupted=interrupted,
