@@ -4,7 +4,9 @@ taken from the row, and failures of several categories, all steered by a row's m
 
 ``metadata.say`` is what the assistant answers (the markup payload rows put HTML there),
 ``metadata.fail`` names an exception to raise (``RateLimitError`` is categorized by its
-name), ``metadata.reward`` is the grader's reward.
+name), ``metadata.reward`` is the grader's reward. The spec's settings make a second run of
+the same dataset differ: workflow ``settings.fail`` lists row ids that raise ``RuntimeError``,
+grader ``settings.rewards`` maps row ids to other rewards.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class TranscriptWorkflow(AgentWorkflow):
 
     async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
         meta: dict[str, Any] = ctx.metadata
+        if ctx.rollout_id in self.config.settings.get("fail", []):
+            raise RuntimeError(f"{ctx.rollout_id} fails in this run")
         if "fail" in meta:
             raise FAILURES[str(meta["fail"])](str(meta.get("message", f"scripted {meta['fail']}")))
         get_rollout_context().record_llm_call(100 + len(ctx.rollout_id), 20, 0.05)
@@ -90,7 +94,10 @@ class TranscriptWorkflow(AgentWorkflow):
 
 
 class RewardGrader(Grader):
-    """The row's ``metadata.reward`` (default 1.0)."""
+    """``settings.rewards[row id]``, else the row's ``metadata.reward`` (default 1.0)."""
 
     async def grade(self, ctx: GraderContext) -> float:
+        rewards = self.config.settings.get("rewards", {})
+        if ctx.rollout_id in rewards:
+            return float(rewards[ctx.rollout_id])
         return float(ctx.metadata.get("reward", 1.0))
