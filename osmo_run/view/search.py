@@ -4,7 +4,7 @@ tool calls and results) and the error messages.
 The file is scanned as bytes (memory-mapped) for the text as JSON would spell it, which
 finds candidate lines at the speed of a byte search; each candidate is then parsed and
 kept only when the text really is in one of those fields (not in a key or a number).
-Matching ignores case for ASCII letters.
+Matching ignores case (a non-ASCII letter matches its upper and lower case forms).
 """
 
 from __future__ import annotations
@@ -48,12 +48,26 @@ def record_matches(record: dict[str, Any], text: str) -> bool:
     return any(needle in s.casefold() for s in searchable_strings(record))
 
 
+def _byte_pattern(spelled: str) -> re.Pattern[bytes]:
+    """A case-insensitive pattern over UTF-8 bytes for ``spelled``: ``re.IGNORECASE`` folds
+    ASCII only in bytes patterns, so each other cased letter becomes an alternation."""
+    parts = []
+    for char in spelled:
+        forms = {char, char.lower(), char.upper()}
+        if char.isascii() or len(forms) == 1:
+            parts.append(re.escape(char.encode("utf-8")))
+        else:
+            parts.append(
+                b"(?:" + b"|".join(re.escape(f.encode("utf-8")) for f in sorted(forms)) + b")"
+            )
+    return re.compile(b"".join(parts), re.IGNORECASE)
+
+
 def matching_positions(index: RowIndex, text: str) -> set[int]:
     """Positions of the indexed records whose searchable strings contain ``text``."""
     if not text or index.count == 0 or index.indexed_size == 0:
         return set()
-    spelled = json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8")
-    pattern = re.compile(re.escape(spelled), re.IGNORECASE)
+    pattern = _byte_pattern(json.dumps(text, ensure_ascii=False)[1:-1])
     candidates: list[int] = []
     cols = index.cols
     with (

@@ -1,0 +1,146 @@
+"""The line-offset index: every record found by offset, bad lines listed, a growing file
+extended, a replaced one re-read, the cache used and kept out of the run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from osmo_run.run.records import OutputRecord
+from osmo_run.run.report import LoadedRun, summarize
+from osmo_run.view.index import RowIndex
+from tests.view import records
+from tests.view.conftest import Runs
+
+
+def test_the_test_records_are_in_the_output_format() -> None:
+    for item in records.mixed(30):
+        OutputRecord.model_validate(item)
+
+
+def test_each_record_is_read_back_by_offset_and_bad_lines_are_listed(tmp_path: Path) -> None:
+    good = records.mixed(3)
+    results = tmp_path / "results.jsonl"
+    results.write_text(
+        records.line(good[0])
+        + "this is not JSON\n"
+        + "[1, 2, 3]\n"
+        + "\n"
+        + records.line(good[1])
+        + json.dumps({**good[2], "status": "exploded"})
+        + "\n"
+        + records.line(good[2])
+        + '{"row_id": "torn", "sta',
+        encoding="utf-8",
+    )
+    index = RowIndex(results)
+    assert index.refresh()
+    assert index.count == 3
+    assert [index.read(i)["row_id"] for i in range(3)] == ["r00000", "r00001", "r00002"]
+    assert [index.cols.line[i] for i in range(3)] == [1, 5, 7]
+    assert [(b.line, b.reason.split(":")[0]) for b in index.bad] == [
+        (2, "not JSON"),
+        (3, "a JSON value, but not an osmo-run record (no row_id)"),
+        (6, "status 'exploded' is not one of ('success', 'failure', 'cancelled')"),
+    ]
+    assert index.bad[0].excerpt == "this is not JSON"
+    assert index.pending == len('{"row_id": "torn", "sta')
+    assert not index.refresh()  # nothing changed
+
+
+def test_a_growing_file_is_extended_and_a_torn_line_waits_for_its_end(tmp_path: Path) -> None:
+    rows = records.mixed(6)
+    results = records.write(tmp_path / "results.jsonl", rows[:2])
+    index = RowIndex(results)
+    index.refresh()
+    generation = index.generation
+    whole = records.line(rows[2])
+    with open(results, "a", encoding="utf-8") as out:
+        out.write(whole[:25])
+    assert index.refresh()
+    assert (index.count, index.pending) == (2, 25)
+    with open(results, "a", encoding="utf-8") as out:
+        out.write(whole[25:] + records.line(rows[3]))
+    assert index.refresh()
+    assert (index.count, index.pending) == (4, 0)
+    assert index.read(3)["row_id"] == "r00003"
+    assert index.generation == generation  # extended, not rebuilt
+
+
+def test_a_replaced_or_rewritten_file_is_read_again(tmp_path: Path) -> None:
+    rows = records.mixed(5)
+    results = records.write(tmp_path / "results.jsonl", rows)
+    index = RowIndex(results)
+    index.refresh()
+    # --retry-errors rewrites the file atomically (a new inode), keeping fewer lines
+    replacement = records.write(tmp_path / "new.jsonl", rows[:2])
+    replacement.replace(results)
+    assert index.refresh()
+    assert index.count == 2
+    # the same size, rewritten in place with other rows
+    other = [records.record(i + 50) for i in range(2)]
+    text = "".join(records.line(r) for r in other)
+    with open(results, "r+", encoding="utf-8") as out:
+        out.write(text)
+        out.truncate()
+    index.refresh()
+    assert [index.read(i)["row_id"] for i in range(index.count)] == ["r00050", "r00051"]
+    results.unlink()
+    assert index.refresh()
+    assert index.missing and index.count == 0
+
+
+def test_the_cache_is_reused_and_never_written_into_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "run"
+    results = records.write(run_dir / "results.jsonl", records.mixed(40))
+    before = sorted(p.name for p in run_dir.iterdir())
+    cache = tmp_path / "cache"
+    first = RowIndex(results, cache)
+    first.refresh()
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    assert len(list(cache.glob("*.idx"))) == 1
+
+    parsed: list[int] = []
+    original = RowIndex._add_line
+
+    def counting(self: RowIndex, raw: bytes, offset: int) -> None:
+        parsed.append(offset)
+        original(self, raw, offset)
+
+    monkeypatch.setattr(RowIndex, "_add_line", counting)
+    second = RowIndex(results, cache)
+    second.refresh()
+    assert parsed == []  # every line came from the cache
+    assert second.count == 40
+    assert list(second.cols.reward) == pytest.approx(list(first.cols.reward), nan_ok=True)
+    with open(results, "a", encoding="utf-8") as out:
+        out.write(records.line(records.record(40)))
+    second.refresh()
+    assert len(parsed) == 1 and second.count == 41  # only the new line was read
+
+
+def test_a_corrupt_or_foreign_cache_is_ignored(tmp_path: Path) -> None:
+    results = records.write(tmp_path / "run" / "results.jsonl", records.mixed(10))
+    cache = tmp_path / "cache"
+    RowIndex(results, cache).refresh()
+    (cached,) = cache.glob("*.idx")
+    cached.write_bytes(cached.read_bytes()[:-7])  # cut short
+    index = RowIndex(results, cache)
+    index.refresh()
+    assert index.count == 10
+    assert index.read(9)["row_id"] == "r00009"
+
+
+def test_the_summary_is_the_one_osmo_run_report_computes(runs: Runs) -> None:
+    loaded = LoadedRun.load(runs.a)
+    expected, count, _ = summarize([loaded])
+    index = RowIndex(loaded.paths.results)
+    index.refresh()
+    builder = index.summary_builder(1.0, 1)
+    mine = builder.build(output=expected.output).to_dict()
+    assert count == index.count == 16
+    assert mine == expected.to_dict()
