@@ -88,46 +88,58 @@ def graded_rewards(index: RowIndex) -> list[float]:
     return sorted(r for r, s in zip(cols.reward, cols.status, strict=True) if s == 0 and r == r)
 
 
-def reward_chart(
-    rewards: list[float], href: Callable[[float, float], str] | None = None, bins: int = 10
-) -> BarChart:
-    """A histogram of ``rewards`` (sorted): one bar per value when there are few distinct
+@dataclass(frozen=True)
+class RewardBin:
+    label: str
+    low: float
+    high: float
+    count: int
+
+
+def reward_bins(rewards: list[float], bins: int = 10) -> list[RewardBin]:
+    """A histogram of ``rewards`` (sorted): one bin per value when there are few distinct
     values (0/1 rewards), else ``bins`` equal-width bins."""
-    chart = BarChart("Reward distribution (graded rollouts)", empty="no graded rollouts")
     if not rewards:
-        return chart
+        return []
     distinct = Counter(rewards)
     if len(distinct) <= 12:
-        for value in sorted(distinct):
-            n = distinct[value]
-            link = href(value, value) if href else None
-            chart.bars.append(Bar(fmt_number(value), n, f"{n:,}", link, "neutral"))
-        return chart
+        return [RewardBin(fmt_number(v), v, v, distinct[v]) for v in sorted(distinct)]
     low, high = rewards[0], rewards[-1]
     width = (high - low) / bins
     counts = [0] * bins
     for value in rewards:
         counts[min(int((value - low) / width), bins - 1)] += 1
-    for i, n in enumerate(counts):
-        start, end = low + i * width, low + (i + 1) * width
-        link = href(start, end) if href else None
-        label = f"{fmt_number(start)}–{fmt_number(end)}"
-        chart.bars.append(Bar(label, n, f"{n:,}", link, "neutral"))
+    edges = [(low + i * width, low + (i + 1) * width) for i in range(bins)]
+    return [
+        RewardBin(f"{fmt_number(a)}–{fmt_number(b)}", a, b, n)
+        for (a, b), n in zip(edges, counts, strict=True)
+    ]
+
+
+def reward_chart(
+    bins: list[RewardBin], href: Callable[[float, float], str] | None = None
+) -> BarChart:
+    chart = BarChart("Reward distribution (graded rollouts)", empty="no graded rollouts")
+    for b in bins:
+        link = href(b.low, b.high) if href else None
+        chart.bars.append(Bar(b.label, b.count, f"{b.count:,}", link, "neutral"))
     return chart
 
 
 QUANTILES = ((0.5, "p50"), (0.9, "p90"), (0.95, "p95"), (0.99, "p99"))
 
 
-def duration_chart(seconds: list[float]) -> BarChart:
-    """Percentiles of rollout durations (``seconds`` sorted)."""
-    chart = BarChart("Duration per rollout", empty="no rollouts yet")
+def duration_quantiles(seconds: list[float]) -> list[tuple[str, float]]:
+    """Percentiles and the maximum of rollout durations (``seconds`` sorted)."""
     if not seconds:
-        return chart
-    for q, name in QUANTILES:
-        value = percentile(seconds, q) or 0.0
-        chart.bars.append(Bar(name, value, fmt_seconds(value)))
-    chart.bars.append(Bar("max", seconds[-1], fmt_seconds(seconds[-1])))
+        return []
+    points = [(name, percentile(seconds, q) or 0.0) for q, name in QUANTILES]
+    return [*points, ("max", seconds[-1])]
+
+
+def duration_chart(quantiles: list[tuple[str, float]]) -> BarChart:
+    chart = BarChart("Duration per rollout", empty="no rollouts yet")
+    chart.bars = [Bar(name, value, fmt_seconds(value)) for name, value in quantiles]
     return chart
 
 

@@ -27,9 +27,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from osmo_run.run.summary import SummaryBuilder
-from osmo_run.sdk.types import LLMUsage
-
 STATUSES = ("success", "failure", "cancelled")
 PHASES = ("setup", "workflow", "grader")
 _STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
@@ -136,9 +133,6 @@ class RowIndex:
         self._identity: tuple[int, int] | None = None
         self._tail = b""
         self._saved_count = -1
-        self._builder: SummaryBuilder | None = None
-        self._builder_key: tuple[float, int] = (1.0, 1)
-        self._builder_count = 0
         self.generation = 0
         """Bumped whenever the index starts over: cached query results die with it."""
 
@@ -198,7 +192,6 @@ class RowIndex:
         self.bad, self.bad_count = [], 0
         self.indexed_size = self.lines_read = self.pending = 0
         self._identity, self._tail = None, b""
-        self._builder, self._builder_count = None, 0
         self.generation += 1
 
     def _read_from(self, handle: Any) -> None:
@@ -315,51 +308,22 @@ class RowIndex:
     def category_name(self, code: int) -> str | None:
         return None if code < 0 else self.categories[code]
 
-    def summary_builder(self, pass_threshold: float, samples_per_row: int) -> SummaryBuilder:
-        """A :class:`SummaryBuilder` fed every indexed record (the same statistics as
-        ``osmo-run report``), kept and fed only the new records on the next call."""
-        key = (pass_threshold, samples_per_row)
-        if self._builder is None or key != self._builder_key:
-            self._builder = SummaryBuilder(pass_threshold, samples_per_row)
-            self._builder_key, self._builder_count = key, 0
-        cols, add = self.cols, self._builder.add_values
-        categories, skipped = self.categories, self.skipped_reasons
-        for i in range(self._builder_count, self.count):
-            calls = cols.model_calls[i]
-            reward = cols.reward[i]
-            add(
-                STATUSES[cols.status[i]],
-                categories[cols.category[i]] if cols.category[i] >= 0 else None,
-                None if reward != reward else reward,  # NaN: no reward
-                skipped[cols.skipped[i]] if cols.skipped[i] >= 0 else None,
-                cols.seconds[i],
-                cols.row_index[i],
-                LLMUsage(
-                    calls,
-                    int(cols.prompt_tokens[i])
-                    if cols.prompt_tokens[i] == cols.prompt_tokens[i]
-                    else 0,
-                    int(cols.completion_tokens[i])
-                    if cols.completion_tokens[i] == cols.completion_tokens[i]
-                    else 0,
-                    cols.model_sec[i] if cols.model_sec[i] == cols.model_sec[i] else 0.0,
-                )
-                if calls
-                else None,
-            )
-        self._builder_count = self.count
-        return self._builder
-
     # ------------------------------------------------------------------ cache
 
-    def _cache_file(self) -> Path | None:
+    @property
+    def identity(self) -> tuple[int, int] | None:
+        """The indexed file's ``(device, inode)``: a replaced file has another."""
+        return self._identity
+
+    def cache_file(self, suffix: str = ".idx") -> Path | None:
+        """Where this file's cache with ``suffix`` lives (``None`` without a cache)."""
         if self.cache is None:
             return None
         try:
             name = str(self.path.resolve())
         except OSError:
             return None
-        return self.cache / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".idx")
+        return self.cache / (hashlib.sha256(name.encode()).hexdigest()[:32] + suffix)
 
     def _maybe_save(self) -> None:
         """Save when the index grew by 5% (or started): a live run is not rewritten per row."""
@@ -372,7 +336,7 @@ class RowIndex:
 
     def save(self) -> None:
         """Write the index to the cache atomically; an unwritable cache is not an error."""
-        target = self._cache_file()
+        target = self.cache_file()
         if target is None or self._identity is None:
             return
         header = {
@@ -405,7 +369,7 @@ class RowIndex:
     def _load_cache(self) -> None:
         """Adopt the cached index when it was made by this version for this very file;
         anything else (absent, stale, foreign, corrupt) means building from scratch."""
-        target = self._cache_file()
+        target = self.cache_file()
         if target is None:
             return
         try:

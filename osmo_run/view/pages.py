@@ -2,9 +2,9 @@
 export so both show the same facts the same way.
 
 :class:`RunView` owns one run's index (and the lock serializing access to it) and keeps
-what is derived from it (the summary, the sorted rewards and durations) until the index
-changes. URLs come from a :class:`Links`: the server's point at routes, the export's at
-anchors inside the one file.
+what is derived from it (the summary, the reward histogram, the duration percentiles)
+until the index changes. URLs come from a :class:`Links`: the server's point at routes,
+the export's at anchors inside the one file.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from osmo_run.run.report import Comparison, LoadedRun, compare
 from osmo_run.run.session import exit_code_for
 from osmo_run.run.summary import RunSummary
 from osmo_run.view import charts
+from osmo_run.view import derived as derived_cache
 from osmo_run.view.catalog import RunEntry
+from osmo_run.view.derived import Derived
 from osmo_run.view.files import FileEntry, list_files, relative_inside, text_preview
 from osmo_run.view.index import PHASES, STATUSES, BadLine, RowIndex
 from osmo_run.view.labels import DatasetLines, DatasetRowView
@@ -122,7 +124,7 @@ class RunView:
         self.lock = threading.Lock()
         self.queries = QueryCache()
         self.ready = threading.Event()
-        self._derived: dict[str, Any] = {}
+        self._derived: Derived | None = None
         self._derived_key: tuple[int, int] = (-1, -1)
         self._dataset: DatasetLines | None = None
 
@@ -132,27 +134,28 @@ class RunView:
         self.ready.set()
         return changed
 
-    def _cached(self) -> dict[str, Any]:
+    def derived(self) -> Derived:
+        """The summary and chart data of the index as it is (computed once per state of
+        the file, and cached on disk for the next start)."""
         key = (self.index.generation, self.index.count)
-        if key != self._derived_key:
-            self._derived, self._derived_key = {}, key
+        if key != self._derived_key or self._derived is None:
+            entry = self.entry
+            threshold, samples = entry.pass_threshold, entry.samples_per_row
+            found = derived_cache.load(self.index, threshold, samples)
+            if found is None:
+                found = derived_cache.compute(
+                    self.index, threshold, samples, str(entry.paths.results)
+                )
+                derived_cache.save(self.index, threshold, samples, found)
+            self._derived, self._derived_key = found, key
         return self._derived
 
     def summary(self) -> RunSummary:
-        derived = self._cached()
-        if "summary" not in derived:
-            entry = self.entry
-            builder = self.index.summary_builder(entry.pass_threshold, entry.samples_per_row)
-            derived["summary"] = builder.build(output=str(entry.paths.results))
-        summary: RunSummary = derived["summary"]
-        return summary
+        return self.derived().summary
 
     def overview(self, links: Links) -> Overview:
-        derived = self._cached()
-        summary = self.summary()
-        if "rewards" not in derived:
-            derived["rewards"] = charts.graded_rewards(self.index)
-            derived["seconds"] = sorted(self.index.cols.seconds)
+        derived = self.derived()
+        summary = derived.summary
         key = self.entry.key
         code = int(exit_code_for(summary))
         return Overview(
@@ -165,10 +168,10 @@ class RunView:
             status=charts.status_chart(summary, lambda s: links.run(key, status=s)),
             categories=charts.category_chart(summary, lambda c: links.run(key, category=c)),
             rewards=charts.reward_chart(
-                derived["rewards"],
+                derived.reward_bins,
                 lambda lo, hi: links.run(key, reward_min=lo, reward_max=hi, status="success"),
             ),
-            durations=charts.duration_chart(derived["seconds"]),
+            durations=charts.duration_chart(derived.durations),
             tokens=charts.token_chart(summary),
             bad=list(self.index.bad),
             bad_count=self.index.bad_count,

@@ -11,6 +11,7 @@ import pytest
 from osmo_run.run.records import OutputRecord
 from osmo_run.run.report import LoadedRun, summarize
 from osmo_run.view.index import RowIndex
+from osmo_run.view.summary import run_summary
 from tests.view import records
 from tests.view.conftest import Runs
 
@@ -140,7 +141,58 @@ def test_the_summary_is_the_one_osmo_run_report_computes(runs: Runs) -> None:
     expected, count, _ = summarize([loaded])
     index = RowIndex(loaded.paths.results)
     index.refresh()
-    builder = index.summary_builder(1.0, 1)
-    mine = builder.build(output=expected.output).to_dict()
+    mine = run_summary(index, 1.0, 1, expected.output)
     assert count == index.count == 16
-    assert mine == expected.to_dict()
+    assert mine.to_dict() == expected.to_dict()
+
+
+def test_the_summary_matches_with_samples_skips_and_odd_usage(tmp_path: Path) -> None:
+    rows = records.mixed(90)
+    for i, row in enumerate(rows):
+        row["row_index"], row["sample_index"] = i // 3, i % 3
+        if i % 7 == 0:
+            row["usage"] = None
+        if i % 11 == 0 and row["status"] == "success":
+            row["reward"], row["grader_skipped"] = None, "no label"
+    rows.append({**records.record(90), "status": "cancelled", "reward": None})
+    results = records.write(tmp_path / "run" / "results.jsonl", rows)
+    (tmp_path / "run" / "results.manifest.json").write_text(
+        json.dumps(
+            {"schema_version": 1, "dataset_name": "d", "info": {"pass_threshold": 0.75},
+             "defining": {"rows": 31, "samples_per_row": 3}}
+        )
+    )  # fmt: skip
+    expected, _, _ = summarize([LoadedRun.load(results)])
+    index = RowIndex(results)
+    index.refresh()
+    assert run_summary(index, 0.75, 3, expected.output).to_dict() == expected.to_dict()
+
+
+def test_the_run_page_summary_is_cached_for_one_state_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmo_run.view import derived
+    from osmo_run.view.catalog import Catalog
+    from osmo_run.view.pages import RunView
+
+    results = records.write(tmp_path / "run" / "results.jsonl", records.mixed(50))
+    (entry,) = Catalog.open([results]).runs.values()
+    cache = tmp_path / "cache"
+    first = RunView(entry, cache)
+    first.refresh()
+    expected = first.summary().to_dict()
+    computed: list[int] = []
+    real = derived.compute
+
+    def counting(index: RowIndex, *args: object) -> derived.Derived:
+        computed.append(index.count)
+        return real(index, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(derived, "compute", counting)
+    again = RunView(entry, cache)
+    again.refresh()
+    assert again.summary().to_dict() == expected and computed == []  # from the cache
+    with open(results, "a", encoding="utf-8") as out:
+        out.write(records.line(records.record(50, reward=0.0)))
+    again.refresh()
+    assert again.summary().total == 51 and computed == [51]  # a new state: computed again
