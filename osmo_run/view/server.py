@@ -148,8 +148,8 @@ class Viewer:
         with view.lock:
             view.refresh()
 
-    def wait_ready(self, view: RunView) -> bool:
-        """Whether ``view`` has an index, waiting a little for a first build."""
+    def wait_ready(self, view: RunView, timeout: float = INDEX_WAIT_SEC) -> bool:
+        """Whether ``view`` has an index, waiting up to ``timeout`` for a first build."""
         if view.ready.is_set():
             return True
         with self._views_lock:
@@ -157,7 +157,7 @@ class Viewer:
             self._indexing.add(view.entry.key)
         if start:
             self.start_indexing([view.entry.key])
-        return view.ready.wait(INDEX_WAIT_SEC)
+        return view.ready.wait(timeout)
 
     def run_lines(self) -> list[RunListLine]:
         out = []
@@ -170,7 +170,9 @@ class Viewer:
                     summary = view.summary()
             else:
                 summary = _saved_summary(entry)
-                self.wait_ready(view) if summary is None else None
+                if summary is None and self.wait_ready(view, 0.2):  # a small run: at once
+                    with view.lock:
+                        summary = view.summary()
             started, ended = entry.started, entry.ended()
             duration = (
                 fmt_seconds(max((ended - started).total_seconds(), 0.0))
@@ -273,7 +275,7 @@ def create_app(viewer: Viewer, trusted_hosts: list[str] | None = None) -> Starle
         return JSONResponse(
             {
                 key: {"count": view.index.count, "state": view.entry.state()}
-                for key, view in viewer.views.items()
+                for key, view in list(viewer.views.items())
             }
         )
 

@@ -58,3 +58,26 @@ def test_a_large_run_exports_failed_rows_and_a_seeded_sample(tmp_path: Path) -> 
     everything, said = export(results, tmp_path, "--export-all")
     assert len(re.findall(r'<section class="transcript-export" id="row-', everything)) == 300
     assert "all 40 failed and all 260 others" in said
+
+
+def test_the_smoke_workflow_writes_the_report_it_uploads(tmp_path: Path) -> None:
+    """The example GitHub job's own commands: its smoke run, then its export step."""
+    import shlex
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    job = yaml.safe_load((REPO / ".github/workflows/osmo-run-smoke.yml").read_text())
+    steps = {step.get("name"): step for step in job["jobs"]["smoke"]["steps"]}
+    for name in ("datasets", "configs", "examples"):
+        (tmp_path / name).symlink_to(REPO / name)
+    for name in ("Smoke run with a gate", "Write the run as one HTML report"):
+        argv = shlex.split(steps[name]["run"].replace("\n", " "))
+        assert argv[0] == "osmo-run"
+        done = osmo_run(*argv[1:], cwd=tmp_path)
+        assert done.returncode in (0, 1), done.stderr  # the gate may fail: the report is written
+    uploaded = steps["Upload the HTML report"]["with"]["path"]
+    report = (tmp_path / uploaded).read_text(encoding="utf-8")
+    assert "osmo-run report" in report and 'id="rows-table"' in report
+    assert steps["Upload the HTML report"]["if"] == "always()"

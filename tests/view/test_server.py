@@ -157,3 +157,26 @@ def test_runs_in_a_folder_are_found_and_new_ones_appear(runs: Runs, tmp_path: Pa
         listing = client.get("/").text
         assert listing.count('class="run-link"') == 2
         assert "/nested/second/results.jsonl" in listing
+
+
+def test_a_harbor_rows_kept_trial_directory_is_listed_and_shown(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    trial = run_dir / "trials" / "calc__abc"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "osmo-run.log").write_text("workflow started\n<b>not bold</b>\n")
+    (tmp_path / "elsewhere").mkdir()
+    inside = {**records.record(0, "failure", "infra_error", "setup")}
+    inside["backend"] = {"trial_name": "calc__abc", "trial_dir": str(trial)}
+    outside = {**records.record(1, "failure", "timeout", "workflow")}
+    outside["backend"] = {"trial_dir": str(tmp_path / "elsewhere")}
+    results = records.write(run_dir / "results.jsonl", [inside, outside])
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        key = next(iter(viewer.views))
+        page = client.get(f"/runs/{key}/rows/0").text
+        assert 'id="trial-files"' in page and "trials/calc__abc/agent/osmo-run.log" in page
+        assert "workflow started\n&lt;b&gt;not bold&lt;/b&gt;" in page
+        log = client.get(f"/runs/{key}/files/trials/calc__abc/agent/osmo-run.log")
+        assert log.status_code == 200 and log.text.startswith("workflow started")
+        other = client.get(f"/runs/{key}/rows/1").text
+        assert "is outside the run directory" in other and 'id="trial-files"' not in other
