@@ -63,26 +63,49 @@ def _byte_pattern(spelled: str) -> re.Pattern[bytes]:
     return re.compile(b"".join(parts), re.IGNORECASE)
 
 
+_BLOCK = 1 << 24
+
+
+def _ascii_offsets(data: mmap.mmap, size: int, needle: bytes) -> Iterator[int]:
+    """Offsets of ``needle`` (lower case) in ``data[:size]`` ignoring ASCII case: each
+    block is lower-cased and searched with ``bytes.find`` (both run in C, far faster than
+    a case-insensitive regex over the same bytes)."""
+    overlap = len(needle) - 1
+    start = 0
+    while start < size:
+        end = min(start + _BLOCK, size)
+        block = data[start : min(end + overlap, size)].lower()
+        at = block.find(needle)
+        while 0 <= at < end - start:
+            yield start + at
+            at = block.find(needle, at + 1)
+        start = end
+
+
+def _regex_offsets(data: mmap.mmap, size: int, pattern: re.Pattern[bytes]) -> Iterator[int]:
+    for match in pattern.finditer(data, 0, size):
+        yield match.start()
+
+
 def matching_positions(index: RowIndex, text: str) -> set[int]:
     """Positions of the indexed records whose searchable strings contain ``text``."""
     if not text or index.count == 0 or index.indexed_size == 0:
         return set()
-    pattern = _byte_pattern(json.dumps(text, ensure_ascii=False)[1:-1])
+    spelled = json.dumps(text, ensure_ascii=False)[1:-1]
     candidates: list[int] = []
-    cols = index.cols
     with (
         open(index.path, "rb") as handle,
         mmap.mmap(handle.fileno(), index.indexed_size, access=mmap.ACCESS_READ) as data,
     ):
-        at = 0
-        while match := pattern.search(data, at):
-            position = index.position_of_line(match.start())
-            if position is None:  # a bad line: skip to its end
-                end = data.find(b"\n", match.start())
-                at = index.indexed_size if end < 0 else end + 1
-                continue
-            candidates.append(position)
-            at = cols.offset[position] + cols.length[position] + 1
+        size = index.indexed_size
+        if all(c.isascii() or c.lower() == c.upper() for c in spelled):
+            offsets = _ascii_offsets(data, size, spelled.encode("utf-8").lower())
+        else:
+            offsets = _regex_offsets(data, size, _byte_pattern(spelled))
+        for offset in offsets:
+            position = index.position_of_line(offset)
+            if position is not None and (not candidates or candidates[-1] != position):
+                candidates.append(position)
     return {
         position
         for position, record in index.read_many(candidates)

@@ -4,6 +4,7 @@ extended, a replaced one re-read, the cache used and kept out of the run directo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -106,13 +107,13 @@ def test_the_cache_is_reused_and_never_written_into_the_run_dir(
     assert len(list(cache.glob("*.idx"))) == 1
 
     parsed: list[int] = []
-    original = RowIndex._add_line
+    original = RowIndex._row
 
-    def counting(self: RowIndex, raw: bytes, offset: int) -> None:
+    def counting(self: RowIndex, raw: bytes, offset: int) -> tuple[object, ...] | None:
         parsed.append(offset)
-        original(self, raw, offset)
+        return original(self, raw, offset)
 
-    monkeypatch.setattr(RowIndex, "_add_line", counting)
+    monkeypatch.setattr(RowIndex, "_row", counting)
     second = RowIndex(results, cache)
     second.refresh()
     assert parsed == []  # every line came from the cache
@@ -196,3 +197,18 @@ def test_the_run_page_summary_is_cached_for_one_state_of_the_file(
         out.write(records.line(records.record(50, reward=0.0)))
     again.refresh()
     assert again.summary().total == 51 and computed == [51]  # a new state: computed again
+
+
+def test_odd_values_in_a_record_never_break_the_index(tmp_path: Path) -> None:
+    odd = [
+        {**records.record(0), "attempt": 10**30, "row_index": -(10**40), "reward": 10**400},
+        {**records.record(1), "reward": True, "timings": {"total_sec": "slow"}},
+        {**records.record(2), "usage": "lots", "status": "success"},
+        {**records.record(3), "error_phase": ["workflow"], "sample": "not a sample"},
+    ]
+    index = RowIndex(records.write(tmp_path / "results.jsonl", odd))
+    index.refresh()
+    assert index.count == 3 and [b.line for b in index.bad] == [3]
+    assert index.cols.attempt[0] == 1 and math.isnan(index.cols.reward[0])
+    assert math.isnan(index.cols.reward[1]) and index.cols.seconds[1] == 0.0
+    assert index.cols.phase[2] == -1
