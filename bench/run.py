@@ -1004,7 +1004,8 @@ def _view_pages(folder: Path, cache: Path, warm_up: bool = False) -> dict[str, f
             raise BenchError(f"osmo-run view did not start: {line!r}")
         times = {"start": time.perf_counter() - started}
         base = line[line.index("http://") :].split()[0].rstrip("/")
-        _, _, listing = _get(base + "/")
+        # the first request of all: it waits for the index (cached) to load
+        times["runs list"], _, listing = _get(base + "/")
         key = listing.split('href="/runs/', 1)[1].split('"', 1)[0]
         run_url = f"{base}/runs/{key}"
         deadline = time.monotonic() + 1800
@@ -1092,10 +1093,12 @@ def w_view(opts: Options) -> None:
     )
     opts.report.text(
         f"Index build ({big_rows:,} rows, {size_mb:,.0f} MiB, empty cache, fresh process): "
-        f"{build_sec:.1f} s = **{per_million:.1f} s per million rows**, peak RSS "
+        f"{build_sec:.1f} s wall, {build_proc.cpu:.1f} s CPU = **{per_million:.1f} s per "
+        f"million rows** ({build_proc.cpu * 1_000_000 / big_rows:.1f} CPU s), peak RSS "
         f"{build_proc.rss_mb:.0f} MiB, index file {index_mb:.0f} MiB. `start` is spawn to "
-        "URL printed; `first` includes loading the cached index and summary; `text` is "
-        "free text (a byte scan of the whole file, then a parse of each candidate line)."
+        "URL printed; `runs list` is the first request, which waits for the cached index and "
+        "summary to load; `first` is the run page right after; `text` is free text (a byte "
+        "scan of the whole file, then a parse of each candidate line)."
     )
     export_rows_table = [
         [
@@ -1111,10 +1114,10 @@ def w_view(opts: Options) -> None:
         ["transcripts", "wall s", "file MiB"],
         export_rows_table,
     )
-    first = pages[big_label]["first"]
+    first = pages[big_label]["runs list"] + pages[big_label]["first"]
     opts.report.target(
-        "7", f"first rows page of a {big_rows:,}-row run (index cached)", f"{first:.2f} s",
-        "< 1 s", first < 1.0,
+        "7", f"first rows page of a {big_rows:,}-row run (index cached, fresh viewer: runs "
+        "list + run page)", f"{first:.2f} s", "< 1 s", first < 1.0,
     )  # fmt: skip
     opts.report.target(
         "7", "index build per million rows", f"{per_million:.1f} s", "reported", None

@@ -114,7 +114,8 @@
       if (!key) continue;
       th.style.cursor = "pointer";
       th.addEventListener("click", () => {
-        sort = { key: key === "seconds" || key === "tokens" || key === "reward" || key === "attempt" || key === "line" ? key : key, desc: sort.key === key ? !sort.desc : key === "reward" };
+        // a second click flips the order; rewards start with the highest
+        sort = { key, desc: sort.key === key ? !sort.desc : key === "reward" };
         apply();
       });
     }
