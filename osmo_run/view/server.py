@@ -26,6 +26,7 @@ pages from reading a loopback viewer through DNS rebinding.
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 import threading
 from collections.abc import Iterable
@@ -201,8 +202,6 @@ def _when(moment: datetime | None) -> str:
 
 
 def _saved_summary(entry: RunEntry) -> _SavedSummary | None:
-    import json
-
     if entry.state() != "finished":
         return None
     try:

@@ -180,3 +180,33 @@ def test_a_harbor_rows_kept_trial_directory_is_listed_and_shown(tmp_path: Path) 
         assert log.status_code == 200 and log.text.startswith("workflow started")
         other = client.get(f"/runs/{key}/rows/1").text
         assert "is outside the run directory" in other and 'id="trial-files"' not in other
+
+
+def test_a_run_still_being_indexed_shows_a_page_that_reloads_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from osmo_run.view import server
+    from osmo_run.view.pages import RunView
+
+    results = records.write(tmp_path / "run" / "results.jsonl", records.mixed(20))
+    release = threading.Event()
+    real = RunView.refresh
+
+    def slow(self: RunView) -> bool:
+        release.wait(30)  # a first build that takes a while
+        return real(self)
+
+    monkeypatch.setattr(RunView, "refresh", slow)
+    monkeypatch.setattr(server, "INDEX_WAIT_SEC", 0.05)
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        key = next(iter(viewer.views))
+        waiting = client.get(f"/runs/{key}")
+        assert waiting.status_code == 200
+        assert "Indexing" in waiting.text and 'http-equiv="refresh"' in waiting.text
+        assert "indexing…" in client.get("/").text
+        release.set()
+        assert viewer.views[key].ready.wait(30)
+        assert client.get(f"/runs/{key}").text.count("<tr data-position") == 20
