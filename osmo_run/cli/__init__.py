@@ -14,6 +14,7 @@ from osmo_run.cli.local import local
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.cli.reports import regrade, report
 from osmo_run.cli.validate import validate
+from osmo_run.cli.view import view
 from osmo_run.errors import ExitCode, OsmoRunError
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ app.command()(report)
 app.command()(regrade)
 app.command()(validate)
 app.command()(cleanup)
+app.command()(view)
 
 
 @app.command()

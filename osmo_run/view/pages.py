@@ -1,0 +1,366 @@
+"""What each page shows, as plain data for the templates; shared by the server and the
+export so both show the same facts the same way.
+
+:class:`RunView` owns one run's index (and the lock serializing access to it) and keeps
+what is derived from it (the summary, the reward histogram, the duration percentiles)
+until the index changes. URLs come from a :class:`Links`: the server's point at routes,
+the export's at anchors inside the one file.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from osmo_run.run.finish import exit_code_for
+from osmo_run.run.records import OutputRecord
+from osmo_run.run.report import Comparison, LoadedRun, compare
+from osmo_run.run.summary import RunSummary
+from osmo_run.view import charts
+from osmo_run.view import derived as derived_cache
+from osmo_run.view.catalog import RunEntry
+from osmo_run.view.derived import Derived
+from osmo_run.view.files import FileEntry, list_files, relative_inside, text_preview
+from osmo_run.view.index import PHASES, STATUSES, BadLine, RowIndex
+from osmo_run.view.labels import DatasetLines, DatasetRowView
+from osmo_run.view.query import QueryCache, RowPage, RowQuery, run_query
+from osmo_run.view.transcript import Turn, pretty_json, preview, transcript
+
+VERDICTS = {
+    0: "passed: every rollout succeeded",
+    1: "failed: a rollout failed",
+    130: "interrupted",
+}
+
+
+class Links(Protocol):
+    def run(self, key: str, query: RowQuery | None = None, **changes: object) -> str: ...
+    def row(self, key: str, position: int) -> str: ...
+    def file(self, key: str, relative: str) -> str | None: ...
+    def find(self, key: str, row_id: str, sample: int) -> str: ...
+
+
+@dataclass
+class Overview:
+    """The run page's top half: the summary in numbers and in charts."""
+
+    entry: RunEntry
+    summary: RunSummary
+    count: int
+    expected: int | None
+    state: str
+    verdict: str
+    status: charts.BarChart
+    categories: charts.BarChart
+    rewards: charts.BarChart
+    durations: charts.BarChart
+    tokens: charts.BarChart
+    bad: list[BadLine]
+    bad_count: int
+    pending: int
+    categories_seen: list[str]
+    gates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RowLine:
+    """One line of the rows table."""
+
+    position: int
+    line: int
+    row_id: str
+    rollout_id: str
+    sample_index: int
+    status: str
+    category: str | None
+    phase: str | None
+    reward: float | None
+    seconds: float
+    tokens: float | None
+    attempt: int
+    preview: str
+    search_text: str = ""
+    """Lower-cased ids and message text (the export filters on it in the browser)."""
+
+
+@dataclass
+class RowDetail:
+    """Everything the row page shows about one record."""
+
+    position: int
+    line: int
+    record: dict[str, Any]
+    format_problem: str | None
+    turns: list[Turn]
+    attempts: list[dict[str, Any]]
+    metrics: dict[str, Any]
+    usage: dict[str, Any] | None
+    timings: dict[str, Any]
+    info_json: str | None
+    backend_json: str | None
+    artifacts: list[FileEntry]
+    trial_files: list[FileEntry]
+    trial_note: str | None
+    previews: dict[str, str]
+    """Text files' first bytes, by relative path (artifacts and trial logs)."""
+    dataset_row: DatasetRowView | None
+    dataset_note: str | None
+
+
+def _optional(value: float) -> float | None:
+    return None if value != value else value
+
+
+class RunView:
+    """One run: its index, kept current, and what the pages derive from it."""
+
+    def __init__(self, entry: RunEntry, cache: Path | None) -> None:
+        self.entry = entry
+        self.index = RowIndex(entry.paths.results, cache)
+        self.lock = threading.Lock()
+        self.queries = QueryCache()
+        self.ready = threading.Event()
+        self._derived: Derived | None = None
+        self._derived_key: tuple[int, int] = (-1, -1)
+        self._dataset: DatasetLines | None = None
+
+    def refresh(self) -> bool:
+        """Bring the index up to date with the file (call with :attr:`lock` held)."""
+        changed = self.index.refresh()
+        self.ready.set()
+        return changed
+
+    def derived(self) -> Derived:
+        """The summary and chart data of the index as it is (computed once per state of
+        the file, and cached on disk for the next start)."""
+        key = (self.index.generation, self.index.count)
+        if key != self._derived_key or self._derived is None:
+            entry = self.entry
+            threshold, samples = entry.pass_threshold, entry.samples_per_row
+            found = derived_cache.load(self.index, threshold, samples)
+            if found is None:
+                found = derived_cache.compute(
+                    self.index, threshold, samples, str(entry.paths.results)
+                )
+                derived_cache.save(self.index, threshold, samples, found)
+            self._derived, self._derived_key = found, key
+        return self._derived
+
+    def summary(self) -> RunSummary:
+        return self.derived().summary
+
+    def overview(self, links: Links) -> Overview:
+        derived = self.derived()
+        summary = derived.summary
+        key = self.entry.key
+        code = int(exit_code_for(summary))
+        return Overview(
+            entry=self.entry,
+            summary=summary,
+            count=self.index.count,
+            expected=self.entry.expected,
+            state=self.entry.state(),
+            verdict=VERDICTS.get(code, f"exit code {code}"),
+            status=charts.status_chart(summary, lambda s: links.run(key, status=s)),
+            categories=charts.category_chart(summary, lambda c: links.run(key, category=c)),
+            rewards=charts.reward_chart(
+                derived.reward_bins,
+                lambda lo, hi: links.run(key, reward_min=lo, reward_max=hi, status="success"),
+            ),
+            durations=charts.duration_chart(derived.durations),
+            tokens=charts.token_chart(summary),
+            bad=list(self.index.bad),
+            bad_count=self.index.bad_count,
+            pending=self.index.pending,
+            categories_seen=list(self.index.categories),
+            gates=_recorded_gates(self.entry),
+        )
+
+    def page(self, query: RowQuery) -> tuple[RowPage, list[RowLine]]:
+        page = run_query(self.index, query, self.queries)
+        return page, self.lines(page.positions)
+
+    def lines(self, positions: list[int], with_search_text: bool = False) -> list[RowLine]:
+        cols, out = self.index.cols, []
+        for position, record in self.index.read_many(positions):
+            if not isinstance(record, dict):
+                continue
+            category = cols.category[position]
+            phase = cols.phase[position]
+            tokens = cols.prompt_tokens[position] + cols.completion_tokens[position]
+            out.append(
+                RowLine(
+                    position=position,
+                    line=cols.line[position],
+                    row_id=str(record.get("row_id")),
+                    rollout_id=str(record.get("rollout_id") or record.get("row_id")),
+                    sample_index=cols.sample_index[position],
+                    status=STATUSES[cols.status[position]],
+                    category=self.index.category_name(category),
+                    phase=PHASES[phase] if phase >= 0 else None,
+                    reward=_optional(cols.reward[position]),
+                    seconds=cols.seconds[position],
+                    tokens=_optional(tokens),
+                    attempt=cols.attempt[position],
+                    preview=preview(record),
+                    search_text=_search_text(record) if with_search_text else "",
+                )
+            )
+        return out
+
+    def detail(self, position: int) -> RowDetail | None:
+        """The row page of the record at ``position``; ``None`` when there is none."""
+        if not 0 <= position < self.index.count:
+            return None
+        try:
+            record = self.index.read(position)
+        except ValueError:
+            return None
+        return self.detail_of(position, record)
+
+    def detail_of(self, position: int, record: dict[str, Any]) -> RowDetail:
+        problem = None
+        try:
+            OutputRecord.model_validate(record)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "record"
+            problem = f"{where}: {first['msg']} (shown as far as it can be read)"
+        sample = record.get("sample") if isinstance(record.get("sample"), dict) else {}
+        root = self.entry.paths.directory
+        rollout = str(record.get("rollout_id") or record.get("row_id") or "")
+        artifacts = list_files(root, self.entry.paths.artifacts / rollout) if rollout else []
+        backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
+        trial_files: list[FileEntry] = []
+        trial_note = None
+        trial_dir = backend.get("trial_dir") if backend else None
+        if isinstance(trial_dir, str) and trial_dir:
+            trial_path = Path(trial_dir)
+            if not trial_path.is_absolute():
+                trial_path = root / trial_path
+            if relative_inside(root, trial_path) is None:
+                trial_note = (
+                    f"kept trial directory {trial_dir} is outside the run directory "
+                    "(or gone): the viewer serves files from inside run directories only"
+                )
+            else:
+                trial_files = list_files(root, trial_path)
+        previews = {}
+        for item in [*artifacts, *trial_files][:40]:
+            if item.kind == "text":
+                text, cut = text_preview(root / item.relative)
+                previews[item.relative] = text + (
+                    "\n… (cut: open the file for the rest)" if cut else ""
+                )
+        dataset_row, dataset_note = self._dataset_row(record)
+        usage = record.get("usage") if isinstance(record.get("usage"), dict) else None
+        return RowDetail(
+            position=position,
+            line=self.index.cols.line[position] if position < self.index.count else 0,
+            record=record,
+            format_problem=problem,
+            turns=transcript(sample.get("messages") if sample else None),
+            attempts=[a for a in record.get("attempts") or [] if isinstance(a, dict)],
+            metrics=dict(sample.get("metrics") or {}) if sample else {},
+            usage=usage,
+            timings=dict(record.get("timings") or {}),
+            info_json=pretty_json(record["info"]) if record.get("info") else None,
+            backend_json=pretty_json(backend) if backend else None,
+            artifacts=artifacts,
+            trial_files=trial_files,
+            trial_note=trial_note,
+            previews=previews,
+            dataset_row=dataset_row,
+            dataset_note=dataset_note,
+        )
+
+    def _dataset_row(self, record: dict[str, Any]) -> tuple[DatasetRowView | None, str | None]:
+        manifest = self.entry.manifest
+        path = manifest.info.get("dataset_path") if manifest else None
+        if not isinstance(path, str):
+            return None, "no dataset recorded in the run's manifest: the label is not shown"
+        if self._dataset is None:
+            self._dataset = DatasetLines(Path(path), self.entry.dataset_sha256)
+        line = record.get("line")
+        row = self._dataset.row(line) if isinstance(line, int) else None
+        if row is None:
+            return None, self._dataset.problem or f"line {line} of {path} is not a dataset row"
+        return row, None
+
+    def find(self, row_id: str, sample: int) -> int | None:
+        """The position of the record of ``row_id`` (sample ``sample``), by a byte search."""
+        from osmo_run.view.search import matching_positions
+
+        for position in sorted(matching_positions(self.index, row_id)):
+            record = self.index.read(position)
+            if (
+                str(record.get("row_id")) == row_id
+                and int(record.get("sample_index") or 0) == sample
+            ):
+                return position
+        return None
+
+
+def _search_text(record: dict[str, Any]) -> str:
+    from osmo_run.view.search import searchable_strings
+
+    text = " ".join(searchable_strings(record)).casefold()
+    return text[:4000]
+
+
+def _recorded_gates(entry: RunEntry) -> list[dict[str, Any]]:
+    """Gates saved with the run, if a version of osmo-run records them in the manifest."""
+    gates = entry.manifest.info.get("gates") if entry.manifest else None
+    return [g for g in gates if isinstance(g, dict)] if isinstance(gates, list) else []
+
+
+@dataclass
+class CompareView:
+    a: RunEntry
+    b: RunEntry
+    diff: Comparison
+    largest: list[tuple[str, float | None, float | None, float]]
+    histogram: charts.BarChart
+    threshold: float
+
+
+def _split_name(name: str) -> tuple[str, int]:
+    """Comparison names rows ``row`` or ``row~sample``; row ids never hold ``/``."""
+    base, sep, sample = name.rpartition("~")
+    if sep and sample.isdigit():
+        return base, int(sample)
+    return name, 0
+
+
+def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
+    """``osmo-run report A B``'s facts (:func:`osmo_run.run.report.compare`), with links."""
+    threshold = a.pass_threshold
+    diff = compare(LoadedRun(a.paths, a.manifest), LoadedRun(b.paths, b.manifest), threshold)
+    largest = sorted(
+        ((n, ra, rb, (rb or 0.0) - (ra or 0.0)) for n, ra, rb in diff.reward_deltas),
+        key=lambda item: abs(item[3]),
+        reverse=True,
+    )[:100]
+    chart = charts.BarChart("Error categories, A then B", empty="no failed rollouts in either")
+    for name in sorted(set(diff.categories_a) | set(diff.categories_b)):
+        before, after = diff.categories_a[name], diff.categories_b[name]
+        chart.bars.append(charts.Bar(f"{name} · A", before, f"{before:,}", None, "neutral"))
+        chart.bars.append(
+            charts.Bar(
+                f"{name} · B",
+                after,
+                f"{after:,} ({after - before:+d})",
+                links.run(b.key, category=name),
+                "bad",
+            )
+        )
+    return CompareView(a, b, diff, largest, chart, threshold)
+
+
+def row_link(links: Links, key: str, name: str) -> str:
+    row_id, sample = _split_name(name)
+    return links.find(key, row_id, sample)

@@ -1,0 +1,52 @@
+"""``--export-atif DIR``: every rollout with a sample as an ATIF trajectory that Harbor's
+own validator accepts and Harbor's trace extraction reads back as the conversation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harbor.utils.traces_utils import extract_conversations_from_trajectory, iter_trial_dirs
+from harbor.utils.trajectory_validator import TrajectoryValidator
+
+from tests.view.conftest import MARKUP, Runs, osmo_run
+
+
+def test_rollouts_become_trajectories_harbor_reads(runs: Runs, tmp_path: Path) -> None:
+    out = tmp_path / "atif"
+    done = osmo_run("view", runs.a, "--export-atif", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 13 ATIF trajectories" in done.stdout
+    assert "3 rollouts without a sample skipped" in done.stdout
+    trials = sorted(p.name for p in iter_trial_dirs(out))
+    assert len(trials) == 13 and "ok-00" in trials and "boom" not in trials
+    for trial in trials:
+        validator = TrajectoryValidator()
+        assert validator.validate(out / trial / "agent" / "trajectory.json"), validator.errors
+
+    data = json.loads((out / "ok-00" / "agent" / "trajectory.json").read_text())
+    sources = [step["source"] for step in data["steps"]]
+    assert sources == ["system", "user", "agent", "agent"]
+    call_step = data["steps"][2]
+    assert call_step["tool_calls"][0]["function_name"] == "calculator"
+    assert call_step["tool_calls"][0]["arguments"] == {"expression": "2+2"}
+    assert call_step["observation"]["results"][0] == {
+        "source_call_id": "call_ok-00",
+        "content": "4",
+    }
+    assert data["final_metrics"]["total_prompt_tokens"] == 225
+    assert data["extra"]["osmo_run"]["reward"] == 1.0
+
+    conversations = extract_conversations_from_trajectory(
+        out / "markup" / "agent" / "trajectory.json",
+        {
+            "agent_name": "osmo-run",
+            "model_name": None,
+            "model_provider": None,
+            "start_time": None,
+            "run_id": "r",
+            "trial_name": "markup",
+        },
+    )
+    final = conversations[-1]["conversations"]
+    assert final[-1]["content"] == MARKUP  # kept verbatim: it is data, not markup, here

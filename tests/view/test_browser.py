@@ -1,0 +1,221 @@
+"""``osmo-run view`` in real headless Chromium, over runs made with ``osmo-run local``: what a
+person sees on each page, the clicks they make, and the export opened from ``file://``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tests.view.conftest import (
+    MARKUP,
+    Runs,
+    Viewer,
+    osmo_run,
+    screenshot,
+    start_viewer,
+    wait_until,
+)
+
+
+def rows_shown(page: Any) -> list[dict[str, str]]:
+    """The visible lines of the rows table, as a person reads them."""
+    return page.eval_on_selector_all(
+        "#rows-table tbody tr:not([hidden])",
+        """rows => rows.map(r => ({
+            id: r.querySelector('a.row-link').textContent,
+            status: r.dataset.status,
+            category: r.dataset.category,
+        }))""",
+    )
+
+
+def open_run(page: Any, viewer: Viewer, name: str) -> None:
+    page.goto(viewer.url + "/")
+    page.click(f"#runs-table tr:has(.muted:text-matches('/{name}/')) a.run-link")
+    page.wait_for_selector("#rows-table")
+
+
+def test_runs_list_shows_each_run_with_its_numbers(viewer: Viewer, page: Any) -> None:
+    page.goto(viewer.url + "/")
+    lines = page.locator("#runs-table tbody tr")
+    assert lines.count() == 2
+    text = page.inner_text("#runs-table")
+    assert "finished" in text and "local" in text and "calc" in text
+    assert "success 13" in text and "failure 3" in text  # run a
+    assert "success 12" in text and "failure 4" in text  # run b: ok-03 fails there
+    screenshot(page, "runs")
+
+
+def test_run_page_filters_to_one_error_category(viewer: Viewer, page: Any) -> None:
+    open_run(page, viewer, "a")
+    assert len(rows_shown(page)) == 16
+    bars = page.eval_on_selector_all(
+        "#chart-categories .bar-row", "gs => gs.map(g => g.dataset.label)"
+    )
+    assert sorted(bars) == ["agent_error", "rate_limit", "validation_error"]
+    assert page.locator("#chart-rewards .bar-row").count() == 3  # rewards 0, 0.5 and 1
+    screenshot(page, "run")
+
+    page.select_option("select[name=category]", "agent_error")
+    page.click("#filters button[type=submit]")
+    page.wait_for_load_state("load")
+    assert rows_shown(page) == [{"id": "boom", "status": "failure", "category": "agent_error"}]
+    assert "1 of 16 rollouts match" in page.inner_text("#match-count")
+
+    # a chart bar is a filter too
+    page.click("#chart-categories .bar-row[data-label=rate_limit]")
+    page.wait_for_load_state("load")
+    assert [r["id"] for r in rows_shown(page)] == ["limited"]
+
+
+def test_row_page_shows_the_transcript_as_a_conversation(viewer: Viewer, page: Any) -> None:
+    open_run(page, viewer, "a")
+    page.click("a.row-link:text-is('ok-00')")
+    page.wait_for_selector("#transcript")
+    roles = page.eval_on_selector_all("#transcript .turn", "ts => ts.map(t => t.dataset.role)")
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    call = page.inner_text("#transcript .call")
+    assert "calculator" in call and '"expression": "2+2"' in call
+    assert "result of calculator" in page.inner_text("#transcript .turn.tool .who").lower()
+    assert page.inner_text("pre.label") == "2"  # from the dataset: the workflow never saw it
+    assert "notes of ok-00" in page.inner_text("#artifacts")
+    width = page.eval_on_selector("#artifacts img", "img => img.naturalWidth")
+    assert width == 4  # the PNG the workflow wrote, served from the run directory
+    screenshot(page, "row")
+
+    page.goto(viewer.url + "/")
+    open_run(page, viewer, "a")
+    page.click("a.row-link:text-is('limited')")
+    page.wait_for_selector("#row-error")
+    assert "rate_limit" in page.inner_text("#row-error")
+    assert page.locator("#attempts tbody tr").count() == 2  # two earlier tries, then this one
+
+
+def test_a_markup_payload_renders_as_text(viewer: Viewer, page: Any) -> None:
+    open_run(page, viewer, "a")
+    previews = page.eval_on_selector_all("td.preview", "cells => cells.map(c => c.textContent)")
+    assert MARKUP in previews
+    page.click("a.row-link:text-is('markup')")
+    page.wait_for_selector("#transcript")
+    answers = page.eval_on_selector_all(
+        "#transcript .turn.assistant .text", "ts => ts.map(t => t.textContent)"
+    )
+    assert answers[-1] == MARKUP
+    assert page.inner_text("#transcript .turn.user .text") == "Say <b>bold</b>"
+    assert page.locator("#transcript img, #transcript script, #transcript b").count() == 0
+    assert page.evaluate("window.__pwned") is None
+
+    page.goto(viewer.url + "/")
+    open_run(page, viewer, "a")
+    page.click("a.row-link:text-is('bad-value')")
+    assert "bad <i>input</i>" in page.inner_text("#row-error .error-message")
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_compare_view_lists_what_changed_with_links(viewer: Viewer, page: Any, runs: Runs) -> None:
+    page.goto(viewer.url + "/")  # the runs list shows each run's path, so which key is which
+    key_of = {
+        name: page.get_attribute(
+            f"#runs-table tr:has(.muted:text-matches('/{name}/')) a.run-link", "href"
+        ).rsplit("/", 1)[1]
+        for name in ("a", "b")
+    }
+    a_key, b_key = key_of["a"], key_of["b"]
+    page.goto(viewer.url + "/compare")
+    page.select_option("select[name=a]", a_key)
+    page.select_option("select[name=b]", b_key)
+    page.click("form button[type=submit]")
+    page.wait_for_selector("#now-passing")
+    assert page.inner_text("#compare-rows").startswith("16 in both")
+    passing = page.eval_on_selector_all("#now-passing a", "as => as.map(a => a.textContent)")
+    failing = page.eval_on_selector_all("#now-failing a", "as => as.map(a => a.textContent)")
+    assert passing == ["ok-02"] and failing == ["ok-03"]
+    assert page.locator("#chart-compare .bar-row[data-label='agent_error · B']").count() == 1
+    screenshot(page, "compare")
+
+    page.click("#now-failing a")
+    page.wait_for_selector("#row-error")
+    assert "ok-03 fails in this run" in page.inner_text("#row-error")
+    assert "/runs/" + b_key + "/rows/" in page.url
+
+
+def test_a_run_being_written_updates_without_reloading(
+    runs: Runs, tmp_path: Path, page: Any
+) -> None:
+    source = runs.a / "results.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copyfile(runs.a / "results.manifest.json", live / "results.manifest.json")
+    results = live / "results.jsonl"
+    results.write_text("".join(lines[:5]), encoding="utf-8")  # no summary yet: being written
+    server = start_viewer(live, cwd=tmp_path)
+    try:
+        page.goto(server.url + "/")
+        assert "live" in page.inner_text("#runs-table")
+        page.click("a.run-link")
+        page.wait_for_selector("#rows-table")
+        assert "5 of 5 rollouts" in page.inner_text("#match-count")
+        page.evaluate("window.__same_page = true")
+
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[5:9]))
+            out.write(lines[9][:40])  # a row half written
+        # the page polls; CSP forbids wait_for_function's eval, so poll from here
+        wait_until(lambda: page.inner_text("#match-count").startswith("9 of 9"), what="9 of 9")
+        page.wait_for_selector("#pending-line")
+        assert page.evaluate("window.__same_page") is True  # updated in place, not reloaded
+        screenshot(page, "live")
+
+        with open(results, "a", encoding="utf-8") as out:
+            out.write(lines[9][40:])
+            out.write("this line is not JSON\n")
+        # the page polls; CSP forbids wait_for_function's eval, so poll from here
+        wait_until(lambda: page.inner_text("#match-count").startswith("10 of 10"), what="10 of 10")
+        page.wait_for_selector("#bad-lines")
+        assert "line 11: not JSON" in page.inner_text("#bad-lines")
+        assert page.locator("#pending-line").count() == 0
+    finally:
+        server.stop()
+
+
+def test_the_export_works_from_a_file_url(runs: Runs, tmp_path: Path, page: Any) -> None:
+    report = tmp_path / "report.html"
+    done = osmo_run("view", runs.a, "--export", report, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "transcripts of all 3 failed and all 13 others" in done.stdout
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(report.as_uri())
+    assert len(rows_shown(page)) == 16
+    page.select_option("select[name=category]", "agent_error")
+    assert [r["id"] for r in rows_shown(page)] == ["boom"]
+    page.select_option("select[name=category]", "")
+    page.fill("input[name=q]", "What is 7+2")
+    assert [r["id"] for r in rows_shown(page)] == ["ok-07"]
+    page.fill("input[name=q]", "")
+    page.click("#chart-categories .bar-row[data-label=rate_limit]")
+    assert [r["id"] for r in rows_shown(page)] == ["limited"]
+    page.click("#filters button[type=reset]")
+    page.click("#rows-table th[data-sort=attempt]")
+    page.click("#rows-table th[data-sort=attempt]")  # again: most tries first
+    assert rows_shown(page)[0]["id"] == "limited"
+    page.click("#rows-table th[data-sort=line]")
+    screenshot(page, "export")
+
+    page.click("a.row-link:text-is('ok-00')")
+    section = page.locator("#row-0")
+    assert section.is_visible()
+    roles = section.evaluate("s => [...s.querySelectorAll('.turn')].map(t => t.dataset.role)")
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+
+    position = json.loads(
+        page.eval_on_selector("tr[data-row=markup]", "r => JSON.stringify(r.dataset.position)")
+    )
+    page.click("a.row-link:text-is('markup')")
+    answers = page.locator(f"#row-{position} .turn.assistant .text").all_inner_texts()
+    assert answers[-1] == MARKUP
+    assert page.evaluate("window.__pwned") is None
+    assert requests == [report.as_uri()]  # nothing fetched: the file holds everything

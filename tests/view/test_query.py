@@ -1,0 +1,97 @@
+"""The rows table's query: each filter, free text, sorting and paging, and the one-line
+error for a bad field."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from osmo_run.view.index import RowIndex
+from osmo_run.view.query import QueryCache, QueryError, RowQuery, run_query
+from tests.view import records
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> RowIndex:
+    rows = records.mixed(60)
+    rows.append(records.record(60, text='She said "Ünïcode <b>bold</b>" twice'))
+    built = RowIndex(records.write(tmp_path / "results.jsonl", rows))
+    built.refresh()
+    return built
+
+
+def ids(index: RowIndex, **params: str) -> list[str]:
+    page = run_query(index, RowQuery.parse({"per_page": "200", **params}), QueryCache())
+    return [index.read(p)["row_id"] for p in page.positions]
+
+
+def test_status_category_phase_and_reward_filters(index: RowIndex) -> None:
+    timeouts = ids(index, category="timeout")
+    assert timeouts == [f"r{i:05d}" for i in range(9, 60, 10)]
+    assert ids(index, status="failure", phase="grader") == ["r00014", "r00044"]
+    assert ids(index, category="agent_error", phase="workflow") == []
+    assert len(ids(index, category="none")) == 61 - 6 - 2
+    assert ids(index, category="no_such_category") == []
+    high = ids(index, reward_min="0.75")
+    assert high and all(index.read(int(i[1:]))["reward"] >= 0.75 for i in high)
+    both = ids(index, reward_min="0.25", reward_max="0.25")
+    assert both == [r for r in ids(index) if index.read(int(r[1:]))["reward"] == 0.25]
+
+
+def test_free_text_searches_ids_messages_and_errors_not_keys(index: RowIndex) -> None:
+    assert ids(index, q="r00042") == ["r00042"]
+    assert ids(index, q="ANSWER 17") == ["r00017"]  # case does not matter
+    assert ids(index, q="went wrong in row 29") == ["r00029"]  # an error message
+    assert ids(index, q='"ünïcode <b>bold</b>"') == ["r00060"]  # quotes, non-ASCII, markup
+    assert ids(index, q="row_id") == []  # a key, in every line, but not a value
+    assert ids(index, q="question 5", status="success") == ["r00005"] + [
+        f"r000{n}" for n in range(50, 60) if n % 10 != 9 and n % 15 != 14
+    ]
+
+
+def test_sorting_and_paging(index: RowIndex) -> None:
+    by_duration = ids(index, sort="seconds", order="desc")
+    assert by_duration[0] == "r00059"  # the slowest timeout
+    rewards = [index.read(int(r[1:]))["reward"] for r in ids(index, sort="reward", order="desc")]
+    known = [r for r in rewards if r is not None]
+    assert known == sorted(known, reverse=True)
+    assert rewards[len(known) :] == [None] * (len(rewards) - len(known))  # no reward last
+    newest_first = ids(index, order="desc")
+    assert newest_first[0] == "r00060" and newest_first[-1] == "r00000"
+
+    first = run_query(index, RowQuery.parse({"per_page": "25"}))
+    third = run_query(index, RowQuery.parse({"per_page": "25", "page": "3"}))
+    assert (first.total, first.pages, len(third.positions)) == (61, 3, 11)
+    assert third.positions == list(range(50, 61))
+    filtered = run_query(
+        index, RowQuery.parse({"status": "success", "per_page": "25", "page": "2"})
+    )
+    assert filtered.total == 53 and filtered.pages == 3 and len(filtered.positions) == 25
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"status": "won"}, "status: 'won' is not one of success, failure, cancelled"),
+        ({"reward_min": "high"}, "reward_min: 'high' is not a number"),
+        ({"reward_max": "nan"}, "reward_max: 'nan' is not a finite number"),
+        ({"page": "0"}, "page: '0' is not a page number"),
+        ({"per_page": "7"}, "per_page: '7' is not one of (25, 50, 100, 200)"),
+        ({"sort": "vibes"}, "sort: 'vibes' is not one of line, row, reward"),
+    ],
+)
+def test_a_bad_field_is_named(params: dict[str, str], message: str) -> None:
+    with pytest.raises(QueryError) as caught:
+        RowQuery.parse(params)
+    assert str(caught.value).startswith(message)
+
+
+def test_links_keep_the_query_and_flip_the_sort() -> None:
+    query = RowQuery.parse({"category": "timeout", "sort": "reward", "order": "desc"})
+    assert query.url("/runs/k", page=2) == (
+        "/runs/k?category=timeout&sort=reward&order=desc&page=2"
+    )
+    assert query.sort_url("/runs/k", "reward") == "/runs/k?category=timeout&sort=reward"
+    assert math.isclose(RowQuery.parse({"reward_min": "0.5"}).reward_min or 0, 0.5)

@@ -1,0 +1,212 @@
+"""The web app's routes through Starlette's TestClient (in process, no socket): what a page
+says, the files it serves and the ones it refuses, and its headers."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from osmo_run.view.catalog import Catalog
+from osmo_run.view.files import resolve_inside
+from osmo_run.view.server import Viewer, allowed_hosts, create_app
+from tests.view import records
+from tests.view.conftest import MARKUP, Runs
+
+
+@pytest.fixture
+def run_copy(runs: Runs, tmp_path: Path) -> Path:
+    """Run a, copied (the tests add files to it), with files the viewer must not serve."""
+    copy = tmp_path / "runs" / "a"
+    shutil.copytree(runs.a, copy)
+    (tmp_path / "secret.txt").write_text("outside the run directory")
+    (copy / "artifacts" / "ok-00" / "page.html").write_text("<script>alert(1)</script>")
+    (copy / "artifacts" / "ok-00" / "drawing.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+    )
+    (copy / "artifacts" / "ok-00" / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    (copy / "artifacts" / "ok-00" / "up").symlink_to(tmp_path)
+    return copy
+
+
+@pytest.fixture
+def client(run_copy: Path, tmp_path: Path) -> Iterator[TestClient]:
+    viewer = Viewer(Catalog.open([run_copy]), tmp_path / "cache")
+    app = create_app(viewer, allowed_hosts("127.0.0.1", 8000))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as test_client:
+        yield test_client
+
+
+def key_of(client: TestClient) -> str:
+    page = client.get("/").text
+    start = page.index('href="/runs/') + len('href="/runs/')
+    return page[start : page.index('"', start)]
+
+
+def test_the_run_page_escapes_every_string_from_the_run(client: TestClient) -> None:
+    key = key_of(client)
+    page = client.get(f"/runs/{key}")
+    assert page.status_code == 200
+    assert MARKUP not in page.text
+    assert "&lt;img src=x onerror=&#34;window.__pwned=1&#34;&gt;&lt;script&gt;" in page.text
+    markup_row = client.get(f"/runs/{key}?q=markup").text
+    position = markup_row.split('data-position="')[1].split('"')[0]
+    row = client.get(f"/runs/{key}/rows/{position}").text
+    assert MARKUP not in row and "&lt;script&gt;window.__pwned=2&lt;/script&gt;" in row
+    assert "bad &lt;i&gt;input&lt;/i&gt;" in client.get(f"/runs/{key}?q=bad-value").text
+
+
+def test_every_page_carries_a_strict_content_security_policy(client: TestClient) -> None:
+    page = client.get(f"/runs/{key_of(client)}")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "..%2f..%2fsecret.txt",
+        "%2e%2e/%2e%2e/secret.txt",
+        "%2e%2e%2f%2e%2e%2fsecret.txt",
+        "artifacts/ok-00/%2e%2e/%2e%2e/%2e%2e/secret.txt",
+        "%2fetc%2fpasswd",
+        "/etc/passwd",
+        "artifacts/ok-00/leak.txt",  # a symlink leading out
+        "artifacts/ok-00/up/secret.txt",  # through a symlinked directory
+        "artifacts\\ok-00\\notes.txt",
+        "artifacts/ok-00/missing.txt",
+        "artifacts/ok-00",  # a directory
+    ],
+)
+def test_files_outside_the_run_directory_are_not_found(client: TestClient, path: str) -> None:
+    response = client.get(f"/runs/{key_of(client)}/files/{path}")
+    assert response.status_code == 404
+    assert "outside the run directory" not in response.text
+
+
+def test_files_inside_are_served_as_text_images_or_downloads(client: TestClient) -> None:
+    base = f"/runs/{key_of(client)}/files/artifacts/ok-00"
+    text = client.get(f"{base}/notes.txt")
+    assert (text.status_code, text.text) == (200, "notes of ok-00\n")
+    assert text.headers["content-type"] == "text/plain; charset=utf-8"
+    assert text.headers["content-security-policy"].endswith("sandbox")
+    assert client.get(f"{base}/plot.png").headers["content-type"] == "image/png"
+    for name in ("page.html", "drawing.svg"):
+        # markup a workflow wrote is never rendered as a page: text, never text/html
+        served = client.get(f"{base}/{name}")
+        assert served.headers["content-type"] == "text/plain; charset=utf-8"
+
+
+def test_resolve_inside_refuses_every_way_out(run_copy: Path) -> None:
+    assert resolve_inside(run_copy, "artifacts/ok-00/notes.txt") is not None
+    for bad in ["", ".", "..", "../a", "a/../../x", "/etc/passwd", "artifacts/ok-00/leak.txt"]:
+        assert resolve_inside(run_copy, bad) is None, bad
+
+
+def test_another_host_header_is_refused(client: TestClient) -> None:
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 cannot read the runs."""
+    response = client.get("/", headers={"host": "evil.example:8000"})
+    assert response.status_code == 400
+
+
+def test_unknown_runs_rows_and_bad_queries_say_what_is_wrong(client: TestClient) -> None:
+    key = key_of(client)
+    assert client.get("/runs/nope").status_code == 404
+    missing = client.get(f"/runs/{key}/rows/999")
+    assert missing.status_code == 404 and "has no row at position 999" in missing.text
+    bad = client.get(f"/runs/{key}?reward_min=lots")
+    assert bad.status_code == 400 and "reward_min: &#39;lots&#39; is not a number" in bad.text
+    assert client.get("/no/such/page").status_code == 404
+
+
+def test_find_redirects_to_a_row_by_id(client: TestClient) -> None:
+    key = key_of(client)
+    found = client.get(f"/runs/{key}/find?row=boom&sample=0", follow_redirects=False)
+    assert found.status_code == 303
+    assert "RuntimeError" in client.get(found.headers["location"]).text
+    assert client.get(f"/runs/{key}/find?row=nobody").status_code == 404
+
+
+def test_state_follows_a_growing_file(tmp_path: Path) -> None:
+    results = records.write(tmp_path / "live" / "results.jsonl", records.mixed(3))
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        key = next(iter(viewer.views))
+        client.get(f"/runs/{key}")
+        assert client.get(f"/runs/{key}/state").json()["count"] == 3
+        with open(results, "a", encoding="utf-8") as out:
+            out.write(records.line(records.record(3)) + '{"half')
+        state = client.get(f"/runs/{key}/state").json()
+        assert (state["count"], state["pending"]) == (4, len('{"half'))
+        fragment = client.get(f"/runs/{key}?fragment=1").text
+        assert fragment.count("<tr data-position") == 4 and 'id="pending-line"' in fragment
+
+
+def test_runs_in_a_folder_are_found_and_new_ones_appear(runs: Runs, tmp_path: Path) -> None:
+    folder = tmp_path / "many"
+    shutil.copytree(runs.a, folder / "first")
+    viewer = Viewer(Catalog.open([folder]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        assert client.get("/").text.count('class="run-link"') == 1
+        shutil.copytree(runs.b, folder / "nested" / "second")
+        listing = client.get("/").text
+        assert listing.count('class="run-link"') == 2
+        assert "/nested/second/results.jsonl" in listing
+
+
+def test_a_harbor_rows_kept_trial_directory_is_listed_and_shown(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    trial = run_dir / "trials" / "calc__abc"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "osmo-run.log").write_text("workflow started\n<b>not bold</b>\n")
+    (tmp_path / "elsewhere").mkdir()
+    inside = {**records.record(0, "failure", "infra_error", "setup")}
+    inside["backend"] = {"trial_name": "calc__abc", "trial_dir": str(trial)}
+    outside = {**records.record(1, "failure", "timeout", "workflow")}
+    outside["backend"] = {"trial_dir": str(tmp_path / "elsewhere")}
+    results = records.write(run_dir / "results.jsonl", [inside, outside])
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        key = next(iter(viewer.views))
+        page = client.get(f"/runs/{key}/rows/0").text
+        assert 'id="trial-files"' in page and "trials/calc__abc/agent/osmo-run.log" in page
+        assert "workflow started\n&lt;b&gt;not bold&lt;/b&gt;" in page
+        log = client.get(f"/runs/{key}/files/trials/calc__abc/agent/osmo-run.log")
+        assert log.status_code == 200 and log.text.startswith("workflow started")
+        other = client.get(f"/runs/{key}/rows/1").text
+        assert "is outside the run directory" in other and 'id="trial-files"' not in other
+
+
+def test_a_run_still_being_indexed_shows_a_page_that_reloads_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from osmo_run.view import server
+    from osmo_run.view.pages import RunView
+
+    results = records.write(tmp_path / "run" / "results.jsonl", records.mixed(20))
+    release = threading.Event()
+    real = RunView.refresh
+
+    def slow(self: RunView) -> bool:
+        release.wait(30)  # a first build that takes a while
+        return real(self)
+
+    monkeypatch.setattr(RunView, "refresh", slow)
+    monkeypatch.setattr(server, "INDEX_WAIT_SEC", 0.05)
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        key = next(iter(viewer.views))
+        waiting = client.get(f"/runs/{key}")
+        assert waiting.status_code == 200
+        assert "Indexing" in waiting.text and 'http-equiv="refresh"' in waiting.text
+        assert "indexing…" in client.get("/").text
+        release.set()
+        assert viewer.views[key].ready.wait(30)
+        assert client.get(f"/runs/{key}").text.count("<tr data-position") == 20
