@@ -16,12 +16,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from osmo_run.errors import SpecError
+from osmo_run.errors import BackendUnavailable, ImportPathError, SpecError
+from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
+from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.types import ErrorCategory
+from osmo_run.sdk.workflow import Grader
 
 
 class _Strict(BaseModel):
@@ -233,10 +236,41 @@ class RunSpec(_Strict):
         return config
 
     def build_grader_config(self) -> GraderConfig:
+        """The grader config, its settings checked by the grader itself (see
+        :func:`check_grader_settings`); :class:`SpecError` if invalid."""
         try:
-            return GraderConfig.from_dict(self.grader_config)
+            config = GraderConfig.from_dict(self.grader_config)
         except (TypeError, ValueError) as exc:
             raise SpecError(f"grader_config: {exc}") from None
+        if self.grader is not None:
+            check_grader_settings(self.grader, config.settings)
+        return config
+
+
+def check_grader_settings(grader: str, settings: dict[str, Any]) -> None:
+    """Let the grader ``grader`` names check ``settings`` (``Grader.validate_settings``),
+    so bad settings stop a run before any row: :class:`SpecError` naming the field, or
+    :class:`BackendUnavailable` naming the pip command of a missing extra.
+
+    A grader path that does not resolve here is left to whoever resolves the grader (the
+    backend, ``osmo-run validate``), which reports it, or tolerates a dependency missing
+    on this host that the sandbox has.
+    """
+    try:
+        cls = resolve_class(grader, Grader, "grader")
+    except ImportPathError:
+        return
+    if not (isinstance(cls, type) and issubclass(cls, Grader)):
+        return  # an instance brings its own config
+    try:
+        cls.validate_settings(settings)
+    except SettingsError as exc:
+        where = f"grader_config.settings.{exc.path}" if exc.path else "grader_config.settings"
+        raise SpecError(f"{where}: {exc.problem} ({grader})") from None
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"grader_config.settings: {exc} ({grader})") from None
+    except ImportError as exc:
+        raise BackendUnavailable(f"grader {grader}: {exc}") from None
 
 
 def parse_shard(value: str) -> tuple[int, int]:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import (
+    GRADER_INFO_KEY,
     AgentWorkflowContext,
     GraderContext,
     LLMEndpoint,
@@ -257,11 +258,14 @@ async def run_grader_phase(
     cancellation of the caller.
 
     Returns ``workflow_result`` updated in place: SUCCESS with the reward on its sample,
-    or FAILURE (phase ``grader``) that keeps the sample.
+    or FAILURE (phase ``grader``) that keeps the sample. What the grader explained
+    (``ctx.explain``) goes to ``info["grader"]`` either way.
     """
     started = time.monotonic()
     result = workflow_result
+    result.info.pop(GRADER_INFO_KEY, None)  # an earlier grading's (regrade) is not this one's
     timeout_sec = request.grader_timeout_sec
+    ctx: GraderContext | None = None
     try:
         instance = make_grader(grader, config)
         ctx = GraderContext(
@@ -294,6 +298,9 @@ async def run_grader_phase(
         _fail_in_place(result, ErrorCategory.TIMEOUT, message)
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
+    explained = None if ctx is None else ctx.explained()
+    if explained is not None:  # kept on failure too: it says how far grading got
+        result.info[GRADER_INFO_KEY] = explained
     result.timings.grader_sec = time.monotonic() - started
     return result
 
