@@ -194,10 +194,10 @@ def first_difference(
     """
     if isinstance(want, bool) or isinstance(got, bool):
         same = isinstance(want, bool) and isinstance(got, bool) and got == want
-        return None if same else f"{path}: {json.dumps(got)} instead of {json.dumps(want)}"
+        return None if same else f"{path}: {_json(got)} instead of {_json(want)}"
     if isinstance(want, int | float) and isinstance(got, int | float):
         same = got == want or (math.isnan(got) and math.isnan(want))
-        return None if same else f"{path}: {json.dumps(got)} instead of {json.dumps(want)}"
+        return None if same else f"{path}: {_json(got)} instead of {_json(want)}"
     if isinstance(want, dict) and isinstance(got, dict):
         missing = [k for k in want if k not in got]
         if missing:
@@ -225,7 +225,7 @@ def first_difference(
                     None,
                 )
                 if at is None:
-                    return f"{path}: no item equal to {path}[{i}] = {quoted(item, 80)}"
+                    return f"{path}: no item equal to {path}[{i}] = {_json(item)}"
                 unmatched.pop(at)
             return None
         for i, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -235,7 +235,13 @@ def first_difference(
         return None
     if type(got) is type(want) and got == want:
         return None
-    return f"{path}: {quoted(got, 80)} instead of {quoted(want, 80)}"
+    return f"{path}: {_json(got)} instead of {_json(want)}"
+
+
+def _json(value: Any, limit: int = 80) -> str:
+    """``value`` written as JSON for an explanation, cut to ``limit`` characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class JsonEquals(SettingsGrader[JsonEqualsSettings]):

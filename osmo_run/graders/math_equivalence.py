@@ -80,8 +80,8 @@ def _as_gold(label: str) -> str:
 def _verify(
     gold_text: str, answer: str, settings: MathEquivalenceSettings
 ) -> tuple[bool, list[str], list[str]]:
-    """``(equal, [label as read], [answer as read])``; the lists are empty when nothing
-    was read. Blocking: runs on a worker thread."""
+    """``(equal, [label as extracted], [answer as extracted])``; a list is empty when
+    nothing was extracted. Blocking: runs on a worker thread."""
     math_verify = _math_verify()
     gold = math_verify.parse(gold_text, parsing_timeout=None)
     target = math_verify.parse(answer.translate(_UNICODE_MINUS), parsing_timeout=None)
@@ -97,7 +97,14 @@ def _verify(
         strict=settings.strict,
         timeout_seconds=None,
     )
-    return equal, [str(g) for g in gold[:1]], [str(t) for t in target[:1]]
+    return equal, _shown(gold), _shown(target)
+
+
+def _shown(parsed: list[Any]) -> list[str]:
+    """What math-verify extracted (its results end with the text it read), for people."""
+    if not parsed:
+        return []
+    return [parsed[-1] if isinstance(parsed[-1], str) else str(parsed[0])]
 
 
 class MathEquivalence(SettingsGrader[MathEquivalenceSettings]):
@@ -128,7 +135,7 @@ class MathEquivalence(SettingsGrader[MathEquivalenceSettings]):
             return 0.0
         verdict = "equals" if equal else "does not equal"
         ctx.explain(
-            f"answer {target[0]} {verdict} label {gold[0]} (as math-verify reads them; the "
-            f"answer from {quoted(answer, 120)})"
+            f"answer {target[0]} {verdict} label {gold[0]} (as math-verify extracted them; "
+            f"the answer from {quoted(answer, 120)})"
         )
         return 1.0 if equal else 0.0

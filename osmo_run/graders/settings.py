@@ -105,6 +105,15 @@ def _describe(annotation: Any) -> str:
     return str(annotation)
 
 
+def _float_text(value: str, path: str) -> float:
+    """A number written as text: YAML 1.1 (PyYAML) reads ``1e-6`` as the string '1e-6',
+    so a number field takes what the spec's other number fields (pydantic's) take."""
+    try:
+        return float(value)
+    except ValueError:
+        raise SettingsError(path, f"must be a number, got {_shown(value)}") from None
+
+
 def _coerce(annotation: Any, value: object, path: str) -> Any:
     """``value`` checked against ``annotation`` (ints are accepted as floats)."""
     origin = typing.get_origin(annotation)
@@ -153,6 +162,8 @@ def _coerce(annotation: Any, value: object, path: str) -> Any:
             raise SettingsError(path, f"must be an integer, got {_shown(value)}")
         return value
     if annotation is float:
+        if isinstance(value, str):
+            value = _float_text(value, path)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SettingsError(path, f"must be a number, got {_shown(value)}")
         if not math.isfinite(value):

@@ -1,0 +1,126 @@
+"""Helpers for the built-in graders' tests: grade one answer through the SDK's real grader
+phase (as every backend does), and a scripted OpenAI-compatible judge on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from osmo_run import ExecutionRequest, ExecutionResult, Grader, RolloutSample, RolloutStatus
+from osmo_run.sdk._rollout import run_grader_phase
+from osmo_run.sdk.config import GraderConfig
+from osmo_run.sdk.context import LLMEndpoint
+from tests.llm.conftest import embedded_llm
+
+__all__ = ["ScriptedJudge", "embedded_llm", "grade", "scripted_judge"]
+
+QUESTION = "What is the answer?"
+
+
+def grade(
+    grader: type[Grader] | Grader,
+    label: Any,
+    answer: str | None,
+    settings: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> ExecutionResult:
+    """The final result of grading ``answer`` (the final assistant message; ``None`` for a
+    sample without one) against ``label``, through ``run_grader_phase``."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    if answer is not None:
+        messages.append({"role": "assistant", "content": answer})
+    request = ExecutionRequest(
+        "r1", [messages[0]], label=label, metadata=metadata or {}, grader_timeout_sec=30
+    )
+    workflow = ExecutionResult("r1", RolloutStatus.SUCCESS, sample=RolloutSample(messages))
+    config = GraderConfig(settings=settings or {})
+    return asyncio.run(run_grader_phase(request, workflow, grader, config))
+
+
+def explanation(result: ExecutionResult) -> str:
+    """What the grader explained in the row (``info.grader.explanation``)."""
+    return str(result.info["grader"]["explanation"])
+
+
+class ScriptedJudge(ThreadingHTTPServer):
+    """An OpenAI-compatible chat endpoint that answers from ``script``: each item is the
+    reply text, or an ``int`` HTTP status to fail with. Records every request's body and
+    headers. Stands in for a paid judge model; the client, HTTP and parsing are real."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _JudgeHandler)
+        self.script: list[str | int] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers_seen: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    @property
+    def endpoint(self) -> LLMEndpoint:
+        return LLMEndpoint(self.base_url, "judge-model")
+
+    def settings(self, **extra: Any) -> dict[str, Any]:
+        """``ModelJudge`` settings pointing at this endpoint."""
+        return {"base_url": self.base_url, "model": "judge-model", **extra}
+
+    def next_answer(self) -> str | int:
+        with self._lock:
+            return self.script.pop(0) if self.script else "no script left"
+
+
+class _JudgeHandler(BaseHTTPRequestHandler):
+    server: ScriptedJudge
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        self.server.headers_seen.append(dict(self.headers))
+        answer = self.server.next_answer()
+        if isinstance(answer, int):
+            data = json.dumps({"error": {"message": f"scripted {answer}"}}).encode()
+            status = answer
+        else:
+            status = 200
+            data = json.dumps(
+                {
+                    "id": "chatcmpl-judge",
+                    "object": "chat.completion",
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": answer},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+                }
+            ).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def scripted_judge() -> Iterator[ScriptedJudge]:
+    server = ScriptedJudge()
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(5)

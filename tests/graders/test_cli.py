@@ -1,0 +1,144 @@
+"""Built-in graders named in a spec, through the real ``osmo-run``: bad names and settings
+stop the run before any row (exit 2, one line, nothing written), and a run's rows carry
+each grader's explanation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from osmo_run.run.records import OutputRecord
+from tests.conftest import CLI, REPO, read_jsonl
+
+WriteJsonl = Callable[..., Path]
+WORKFLOW = "tests.graders.answer_workflows:AnswerWorkflow"
+
+
+def _spec(tmp_path: Path, grader: str, settings: dict[str, Any] | None = None) -> Path:
+    spec: dict[str, Any] = {"workflow": WORKFLOW, "grader": grader, "code_dir": str(REPO)}
+    if settings is not None:
+        spec["grader_config"] = {"settings": settings}
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(spec), encoding="utf-8")  # JSON is YAML
+    return path
+
+
+def _rows(write_jsonl: WriteJsonl, *answers: tuple[Any, str]) -> Path:
+    return write_jsonl(
+        [
+            {"id": f"row-{i}", "prompt": "What is it?", "label": label, "metadata": {"answer": a}}
+            for i, (label, a) in enumerate(answers)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("grader", "settings", "error"),
+    [
+        (
+            "osmo_run.graders:NumercMatch",
+            None,
+            "error: grader: module 'osmo_run.graders' has no attribute 'NumercMatch'; "
+            "did you mean 'NumericMatch'?",
+        ),
+        (
+            "osmo_run.graders:NumericMatch",
+            {"abs_tol": "a tenth"},
+            "error: grader_config.settings.abs_tol: must be a number, got str 'a tenth' "
+            "(osmo_run.graders:NumericMatch)",
+        ),
+        (
+            "osmo_run.graders:NumericMatch",
+            {"abs_tolerance": 0.1},
+            "error: grader_config.settings.abs_tolerance: unknown setting; did you mean "
+            "'abs_tol'? (osmo_run.graders:NumericMatch)",
+        ),
+        (
+            "osmo_run.graders:RegexMatch",
+            {"pattern": "ANSWER: ([A-D]"},
+            "error: grader_config.settings.pattern: does not compile: missing ), unterminated "
+            "subpattern at position 8 (osmo_run.graders:RegexMatch)",
+        ),
+        (
+            "osmo_run.graders:ModelJudge",
+            {"rubric": "Is it right?"},
+            "error: grader_config.settings.base_url: the judge has no endpoint: set base_url and "
+            "model (and api_key_env if it needs a key) under grader_config.settings "
+            "(osmo_run.graders:ModelJudge)",
+        ),
+        (
+            "osmo_run.graders:AllOf",
+            {"graders": [{"grader": "ExactMatch"}, {"grader": "Include"}]},
+            "error: grader_config.settings.graders[1].grader: 'Include' is not a built-in grader; "
+            "did you mean 'Includes'? (osmo_run.graders:AllOf)",
+        ),
+    ],
+)
+def test_bad_grader_input_stops_the_run_before_any_row(
+    cli: CLI,
+    tmp_path: Path,
+    write_jsonl: WriteJsonl,
+    grader: str,
+    settings: dict[str, Any] | None,
+    error: str,
+) -> None:
+    dataset = _rows(write_jsonl, ("5", "5"))
+    output = tmp_path / "out" / "results.jsonl"
+    proc = cli("local", dataset, "--spec", _spec(tmp_path, grader, settings), "-o", output)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == error
+    assert not output.parent.exists()  # nothing ran, nothing was written
+    validated = cli("validate", _spec(tmp_path, grader, settings), dataset)
+    assert validated.returncode == 2
+    assert error.replace("error: ", "problem: ") in validated.stdout + validated.stderr
+
+
+def test_a_run_keeps_each_graders_explanation_in_its_row(
+    cli: CLI, tmp_path: Path, write_jsonl: WriteJsonl
+) -> None:
+    dataset = _rows(
+        write_jsonl,
+        ("1,234", "The total is 1234."),
+        (-3, "x = \u22123"),
+        ("152", "75 + 76 = 151"),
+        ("two", "2"),  # a label NumericMatch cannot read
+    )
+    output = tmp_path / "results.jsonl"
+    spec = _spec(tmp_path, "osmo_run.graders:NumericMatch", {"abs_tol": 1e-6})
+    proc = cli("local", dataset, "--spec", spec, "-o", output, "--display", "plain")
+    assert proc.returncode == 1, proc.stderr
+    rows = {row["row_id"]: row for row in read_jsonl(output)}
+    for row in rows.values():
+        OutputRecord.model_validate(row)
+    assert [rows[f"row-{i}"]["reward"] for i in range(3)] == [1.0, 1.0, 0.0]
+    assert rows["row-2"]["info"]["grader"]["explanation"] == (
+        "last number of the answer '151' = 151 does not match label 152 "
+        "(rel_tol 1e-09, abs_tol 1e-06)"
+    )
+    failed = rows["row-3"]
+    assert (failed["status"], failed["error_category"], failed["error_phase"]) == (
+        "failure",
+        "validation_error",
+        "grader",
+    )
+    assert "NumericMatch: the label 'two' is not a number" in failed["error_message"]
+
+
+def test_explanations_come_back_from_a_child_process(
+    cli: CLI, tmp_path: Path, write_jsonl: WriteJsonl
+) -> None:
+    """``--isolation process`` grades in a child: the explanation travels with the result."""
+    dataset = _rows(write_jsonl, ("Paris", "The capital is Paris."))
+    output = tmp_path / "results.jsonl"
+    spec = _spec(tmp_path, "osmo_run.graders:Includes")
+    proc = cli("local", dataset, "--spec", spec, "-o", output, "--isolation", "process")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = read_jsonl(output)
+    assert row["reward"] == 1.0
+    assert row["info"]["grader"] == {
+        "explanation": "answer 'the capital is paris.' contains label 'paris' as whole words at 15"
+    }
