@@ -1,8 +1,9 @@
-"""A calculator "agent" that needs no model, and an exact-match grader.
+"""A calculator "agent" that needs no model.
 
 The workflow finds the arithmetic expression in the prompt, calls a calculator tool and
 answers with the result, recording the tool call like an LLM agent would. It exists to
-show osmo-run's behaviour on a run that mixes successes and every kind of failure:
+show osmo-run's behaviour on a run that mixes successes and every kind of failure; with
+the built-in ``osmo_run.graders:NumericMatch`` (configs/example.yaml):
 
 * a division by zero raises ``ZeroDivisionError``            -> agent_error
 * a prompt with no expression raises ``ValueError``         -> validation_error
@@ -95,7 +96,11 @@ class CalculatorWorkflow(AgentWorkflow):
 
 
 class ExactMatchGrader(Grader):
-    """Reward 1.0 when the last number in the final answer equals the label, else 0.0."""
+    """Reward 1.0 when the last number in the final answer equals the label, else 0.0.
+
+    A hand-written grader, for configs/harbor-example.yaml: inside Harbor trials only the
+    SDK is installed so far, not ``osmo_run.graders``.
+    """
 
     async def grade(self, ctx: GraderContext) -> float:
         expected = float(ctx.label)  # a label that is not a number is a validation error

@@ -73,6 +73,11 @@ class Number:
     text: str
     percent: bool = False
 
+    def shown(self, value: float | None = None) -> str:
+        """As written, with the value it was read as when that differs (``1e3 = 1000``)."""
+        value = self.value if value is None else value
+        return self.text if self.text == f"{value:g}" else f"{self.text} = {value:g}"
+
     def candidates(self, percent_mode: str) -> list[float]:
         """The values this number may stand for under ``percent_mode``."""
         if not self.percent or percent_mode == "value":
@@ -108,7 +113,10 @@ def _to_number(match: re.Match[str]) -> Number | None:
         value = math.copysign(abs(value) / denominator, value)
     if not math.isfinite(value):
         return None
-    return Number(value, match.group(0).strip(), percent=groups["pct"] is not None)
+    text = match.group(0).strip()
+    if text.endswith(".") and not fraction:
+        text = text[:-1]  # the full stop ending a sentence: "The answer is 12."
+    return Number(value, text, percent=groups["pct"] is not None)
 
 
 def find_numbers(text: str, decimal_comma: bool = False) -> list[Number]:
@@ -238,7 +246,7 @@ class NumericMatch(SettingsGrader[NumericMatchSettings]):
             ctx.explain("NumericMatch: the sample has no assistant message with text; reward 0")
             return 0.0
         number, where = self._answer_number(answer)
-        shown = " or ".join(label.text for label in labels)
+        shown = " or ".join(label.shown() for label in labels)
         if number is None:
             ctx.explain(f"no number in {where} ({quoted(answer)}); label {shown}")
             return 0.0
@@ -248,14 +256,14 @@ class NumericMatch(SettingsGrader[NumericMatchSettings]):
                 for want in label.candidates(settings.percent):
                     if math.isclose(got, want, rel_tol=settings.rel_tol, abs_tol=settings.abs_tol):
                         ctx.explain(
-                            f"{settings.occurrence} number of {where} {number.text!r} = {got:g} "
-                            f"matches label {label.text} = {want:g} ({tolerance})",
+                            f"{settings.occurrence} number of {where}, {number.shown(got)}, "
+                            f"matches label {label.shown(want)} ({tolerance})",
                             answer_number=got,
                         )
                         return 1.0
         ctx.explain(
-            f"{settings.occurrence} number of {where} {number.text!r} = {number.value:g} "
-            f"does not match label {shown} ({tolerance})",
+            f"{settings.occurrence} number of {where}, {number.shown()}, does not match label "
+            f"{shown} ({tolerance})",
             answer_number=number.value,
         )
         return 0.0

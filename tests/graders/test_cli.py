@@ -116,7 +116,7 @@ def test_a_run_keeps_each_graders_explanation_in_its_row(
         OutputRecord.model_validate(row)
     assert [rows[f"row-{i}"]["reward"] for i in range(3)] == [1.0, 1.0, 0.0]
     assert rows["row-2"]["info"]["grader"]["explanation"] == (
-        "last number of the answer '151' = 151 does not match label 152 "
+        "last number of the answer, 151, does not match label 152 "
         "(rel_tol 1e-09, abs_tol 1e-06)"
     )
     failed = rows["row-3"]

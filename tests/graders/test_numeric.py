@@ -142,9 +142,16 @@ def test_numeric_match(settings: dict[str, Any], label: Any, answer: str, reward
 def test_numeric_match_explains_both_numbers_and_the_tolerance() -> None:
     result = grade(NumericMatch, "152", "The answer is 151.")
     assert explanation(result) == (
-        "last number of the answer '151.' = 151 does not match label 152 (rel_tol 1e-09, abs_tol 0)"
+        "last number of the answer, 151, does not match label 152 (rel_tol 1e-09, abs_tol 0)"
     )
     assert result.info["grader"]["answer_number"] == 151.0
+    read = grade(NumericMatch, "1,000", "roughly 1e3")
+    assert explanation(read) == (
+        "last number of the answer, 1e3 = 1000, matches label 1,000 = 1000 "
+        "(rel_tol 1e-09, abs_tol 0)"
+    )
+    boxed = grade(NumericMatch, 0.5, "so \\boxed{\\frac{1}{2}}", {"rel_tol": 0.01})
+    assert explanation(boxed).startswith("last number of \\boxed{}, 1/2 = 0.5, matches label 0.5")
     missing = grade(NumericMatch, 5, "none")
     assert explanation(missing) == "no number in the answer ('none'); label 5"
 
