@@ -116,8 +116,7 @@ def test_a_run_keeps_each_graders_explanation_in_its_row(
         OutputRecord.model_validate(row)
     assert [rows[f"row-{i}"]["reward"] for i in range(3)] == [1.0, 1.0, 0.0]
     assert rows["row-2"]["info"]["grader"]["explanation"] == (
-        "last number of the answer, 151, does not match label 152 "
-        "(rel_tol 1e-09, abs_tol 1e-06)"
+        "last number of the answer, 151, does not match label 152 (rel_tol 1e-09, abs_tol 1e-06)"
     )
     failed = rows["row-3"]
     assert (failed["status"], failed["error_category"], failed["error_phase"]) == (
@@ -141,4 +140,52 @@ def test_explanations_come_back_from_a_child_process(
     assert row["reward"] == 1.0
     assert row["info"]["grader"] == {
         "explanation": "answer 'the capital is paris.' contains label 'paris' as whole words at 15"
+    }
+
+
+def test_a_users_grader_checks_its_own_settings_before_any_row(
+    cli: CLI, tmp_path: Path, write_jsonl: WriteJsonl
+) -> None:
+    """``Grader.validate_settings`` is the mechanism the built-ins use; any grader has it."""
+    dataset = _rows(write_jsonl, ("x", "y"))
+    grader = "tests.graders.answer_workflows:PickyGrader"
+    output = tmp_path / "out" / "results.jsonl"
+    proc = cli("local", dataset, "--spec", _spec(tmp_path, grader, {"mode": "lax"}), "-o", output)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: grader_config.settings: mode must be 'strict' or 'lenient', got 'lax' ({grader})"
+    )
+    assert not output.parent.exists()
+
+
+def test_an_explanation_is_kept_when_grading_then_fails_and_replaced_by_a_regrade(
+    cli: CLI, tmp_path: Path, write_jsonl: WriteJsonl
+) -> None:
+    dataset = write_jsonl(
+        [
+            {"id": "ok", "prompt": "q", "label": "5", "metadata": {"answer": "it is 5"}},
+            {"id": "boom", "prompt": "q", "label": "5", "metadata": {"answer": "5", "explode": 1}},
+        ]
+    )
+    grader = "tests.graders.answer_workflows:PickyGrader"
+    output = tmp_path / "run" / "results.jsonl"
+    spec = _spec(tmp_path, grader, {"mode": "strict"})
+    proc = cli("local", dataset, "--spec", spec, "-o", output, "--display", "plain")
+    assert proc.returncode == 1, proc.stderr
+    rows = {row["row_id"]: row for row in read_jsonl(output)}
+    boom = rows["boom"]
+    assert (boom["status"], boom["error_category"], boom["error_phase"]) == (
+        "failure",
+        "agent_error",
+        "grader",
+    )
+    assert boom["info"]["grader"] == {"explanation": "looked at the answer", "mode": "strict"}
+    regraded = cli("regrade", output, "--grader", "osmo_run.graders:NumericMatch")
+    assert regraded.returncode == 0, regraded.stderr
+    (results,) = tmp_path.glob("run-regrade-*/results.jsonl")
+    again = {row["row_id"]: row for row in read_jsonl(results)}
+    assert again["boom"]["reward"] == 1.0
+    assert again["boom"]["info"]["grader"] == {
+        "explanation": "last number of the answer, 5, matches label 5 (rel_tol 1e-09, abs_tol 0)",
+        "answer_number": 5.0,
     }
