@@ -51,6 +51,17 @@ class DaemonWorkers:
             if not future.set_running_or_notify_cancel():
                 continue  # its caller gave up before it started
             try:
-                future.set_result(function(*args))
+                outcome = function(*args)
             except BaseException as exc:  # handed to the caller, who re-raises it
-                future.set_exception(exc)
+                _settle(future.set_exception, exc)
+            else:
+                _settle(future.set_result, outcome)
+
+
+def _settle(setter: Callable[[Any], None], value: Any) -> None:
+    """Hand ``value`` to the waiting caller; a caller whose event loop has closed since
+    (a run that ended) waits no more, and the worker goes on to the next job."""
+    try:
+        setter(value)
+    except RuntimeError:
+        pass
