@@ -1,5 +1,6 @@
 """Helpers for the built-in graders' tests: grade one answer through the SDK's real grader
-phase (as every backend does), and a scripted OpenAI-compatible judge on 127.0.0.1."""
+phase (``osmo_run.testing.run_grader``, as every backend grades), and a scripted
+OpenAI-compatible judge on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from osmo_run import ExecutionRequest, ExecutionResult, Grader, RolloutSample, RolloutStatus
-from osmo_run.sdk._rollout import run_grader_phase
-from osmo_run.sdk.config import GraderConfig
+from osmo_run import ExecutionResult, Grader
 from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.testing import run_grader
 from tests.llm.conftest import embedded_llm
 
 __all__ = ["ScriptedJudge", "embedded_llm", "grade", "scripted_judge"]
@@ -31,16 +31,14 @@ def grade(
     metadata: dict[str, Any] | None = None,
 ) -> ExecutionResult:
     """The final result of grading ``answer`` (the final assistant message; ``None`` for a
-    sample without one) against ``label``, through ``run_grader_phase``."""
+    sample without one) against ``label``, through the SDK's grader phase."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
     if answer is not None:
         messages.append({"role": "assistant", "content": answer})
-    request = ExecutionRequest(
-        "r1", [messages[0]], label=label, metadata=metadata or {}, grader_timeout_sec=30
+    graded = run_grader(
+        grader, messages, label, metadata=metadata, settings=settings, timeout_sec=30
     )
-    workflow = ExecutionResult("r1", RolloutStatus.SUCCESS, sample=RolloutSample(messages))
-    config = GraderConfig(settings=settings or {})
-    return asyncio.run(run_grader_phase(request, workflow, grader, config))
+    return asyncio.run(graded)
 
 
 def explanation(result: ExecutionResult) -> str:

@@ -113,7 +113,7 @@ def test_a_yaml_spec_with_scientific_notation_runs(tmp_path: Path) -> None:
         "grader_config:\n  settings: {abs_tol: 1e-6}\n",
         encoding="utf-8",
     )
-    config = load_spec(spec).grader_config_object()
+    config = load_spec(spec).build_grader_config()
     assert config.settings == {"abs_tol": "1e-6"}  # checked, and parsed as 1e-06 per grader
 
 
@@ -135,8 +135,8 @@ def test_stdlib_graders_grade_on_python_311_with_the_stdlib_only() -> None:
         """
         import asyncio, json
         from osmo_run import ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
-        from osmo_run.sdk._imports import resolve_class
-        from osmo_run.sdk._rollout import run_grader_phase
+        from osmo_run.sdk.imports import resolve_class
+        from osmo_run.sdk.rollout import run_grader_phase
         from osmo_run.sdk.config import GraderConfig
 
         def grade(path, settings, label, answer):

@@ -18,8 +18,8 @@ from osmo_run import (
 )
 from osmo_run.graders import ExactMatch, Includes, RegexMatch, TokenF1
 from osmo_run.graders.settings import SettingsError
-from osmo_run.sdk._rollout import run_grader_phase
 from osmo_run.sdk.config import GraderConfig
+from osmo_run.sdk.rollout import run_grader_phase
 from tests.graders.conftest import explanation, grade
 
 EXACT: list[tuple[dict[str, Any], Any, str, float]] = [
