@@ -41,7 +41,10 @@ class LLMEndpoint:
 @dataclass
 class RolloutContext:
     """Ambient state of one rollout: its id, the model endpoint, one sample source, and what
-    the rollout spent on its model (``usage``)."""
+    the rollout spent on its model (``usage``).
+
+    The grader phase runs in a context of its own: there ``llm`` is the judge endpoint and
+    ``usage`` what the grader spent (the row's ``grader_usage``)."""
 
     rollout_id: str
     llm: LLMEndpoint | None = None
@@ -144,6 +147,15 @@ class GraderContext(_ArtifactsDirMixin):
         self.reward = validate_reward(value)
         if self.sample is not None:
             self.sample.reward = self.reward
+
+    @property
+    def judge(self) -> LLMEndpoint | None:
+        """The judge endpoint from the run spec's ``judge`` section, or ``None`` when the
+        spec names none. Inside ``grade``, ``chat_completion`` without an endpoint calls
+        it, and every model call the grader makes (counted through the rollout context)
+        is the row's ``grader_usage``, apart from the workflow's ``usage``."""
+        ctx = _current.get()
+        return None if ctx is None else ctx.llm
 
     def explain(self, text: str, **details: Any) -> None:
         """Say why the reward is what it is: what was compared with what.
