@@ -39,6 +39,23 @@ class SettingsGrader(Grader, Generic[S]):
     def validate_settings(cls, settings: dict[str, Any]) -> None:
         cls.parse_settings(settings)
 
+    @classmethod
+    def needs_judge(cls, settings: dict[str, Any]) -> str | None:
+        """Where ``settings`` (already valid) leave a judge model unnamed: the path of the
+        setting that would name it (``""``: the grader itself), so the run spec's ``judge``
+        section must; ``None`` when no judge endpoint is needed. The default needs none."""
+        return None
+
+
+def missing_extra(grader: str, library: str, extra: str, exc: ImportError) -> ImportError:
+    """The error for an optional library that is not installed where the grader runs: it
+    names the library and how to get it, on this host or in a Harbor trial's image."""
+    return ImportError(
+        f"{grader} needs {library}, which is not installed where the grader runs ({exc}); "
+        f"pip install 'osmo-run[{extra}]' (in a Harbor trial: install {library} in the "
+        "task's image)"
+    )
+
 
 def message_text(message: dict[str, Any]) -> str:
     """The text of a chat message: its ``content`` string, or its text parts joined."""

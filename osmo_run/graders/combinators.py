@@ -24,9 +24,9 @@ from typing import Any
 from osmo_run.errors import ImportPathError
 from osmo_run.graders.base import SettingsGrader
 from osmo_run.graders.settings import SettingsError, join_path
-from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.config import GraderConfig
 from osmo_run.sdk.context import GraderContext
+from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.types import validate_reward
 from osmo_run.sdk.workflow import Grader
 
@@ -120,6 +120,18 @@ async def _grade_part(part: Part, ctx: GraderContext) -> dict[str, Any]:
 
 class _Combination(SettingsGrader[CombinationSettings]):
     settings_type = CombinationSettings
+
+    @classmethod
+    def needs_judge(cls, settings: dict[str, Any]) -> str | None:
+        """The first part that needs the spec's judge section, as a settings path."""
+        for i, part in enumerate(cls.parse_settings(settings).graders):
+            grader = resolve_part(part.grader)
+            if issubclass(grader, SettingsGrader):
+                path = grader.needs_judge(part.settings)
+                if path is not None:
+                    where = join_path(join_path("graders", i), "settings")
+                    return join_path(where, path) if path else where
+        return None
 
     async def _grade_parts(
         self, ctx: GraderContext, stop_when: bool | None

@@ -15,11 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from osmo_run.graders.base import SettingsGrader, final_answer, quoted
+from osmo_run.graders.base import SettingsGrader, final_answer, missing_extra, quoted
 from osmo_run.graders.settings import SettingsError
 from osmo_run.sdk.context import GraderContext
 
-SCHEMA_INSTALL_HINT = "pip install 'osmo-run[json]'"
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 _MAX_CANDIDATES = 200
 """Opening brackets tried when looking for JSON inside prose (each try is a parse)."""
@@ -88,9 +87,7 @@ def _jsonschema() -> Any:
     try:
         import jsonschema
     except ImportError as exc:
-        raise ImportError(
-            f"JsonSchema needs jsonschema, which is not installed ({exc}); {SCHEMA_INSTALL_HINT}"
-        ) from None
+        raise missing_extra("JsonSchema", "jsonschema", "json", exc) from None
     return jsonschema
 
 
@@ -136,8 +133,8 @@ class JsonSchema(SettingsGrader[JsonSchemaSettings]):
 
     @classmethod
     def validate_settings(cls, settings: dict[str, Any]) -> None:
-        _jsonschema()  # missing extra: one error before any row runs
         super().validate_settings(settings)
+        _jsonschema()  # missing extra: one error before any row runs
 
     def _schema(self, label: object) -> Any:
         if self.settings.schema is not None:

@@ -15,9 +15,11 @@ all, after which the row fails in the grader phase as a ``validation_error`` quo
 last reply. A judge call that fails is the row's grader-phase error with its category
 (``rate_limit``, ``model_api_error``, ``timeout``): never a silent 0.
 
-The judge's endpoint comes from the settings (``base_url``, ``model``, ``api_key_env``)
-or from the ``endpoint`` the grader was constructed with. Stdlib only (the SDK's
-``chat_completion``).
+The judge's endpoint comes from the settings (``base_url``, ``model``, ``api_key_env``),
+else from the ``endpoint`` the grader was constructed with, else from the run spec's
+``judge`` section (``ctx.judge``); a run whose judge has none of them stops before any
+row. Its calls are counted as the row's ``grader_usage``, apart from the workflow's
+``usage``. Stdlib only (the SDK's ``chat_completion``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from osmo_run.sdk.config import GraderConfig
 from osmo_run.sdk.context import GraderContext, LLMEndpoint
 from osmo_run.sdk.llm import chat_completion
 
+NO_ENDPOINT = (
+    "the judge has no endpoint: add a judge section to the run spec (base_url and model, "
+    "or `judge: embedded`), or set base_url and model in the grader's settings"
+)
 DEFAULT_RUBRIC = "The answer is correct: it agrees with the reference answer."
 DEFAULT_RUBRIC_WITHOUT_LABEL = "The answer is correct and answers the question."
 _LETTER_MEANINGS = {"C": "correct", "P": "partially correct", "I": "incorrect"}
@@ -223,24 +229,25 @@ class ModelJudge(SettingsGrader[ModelJudgeSettings]):
 
     @classmethod
     def validate_settings(cls, settings: dict[str, Any]) -> None:
-        parsed = cls.parse_settings(settings)
-        if parsed.endpoint() is None:
-            raise SettingsError(
-                "base_url",
-                "the judge has no endpoint: set base_url and model (and api_key_env if it "
-                "needs a key) under grader_config.settings",
-            )
+        cls.parse_settings(settings).endpoint()  # an unset api_key_env variable, too
 
-    def endpoint(self) -> LLMEndpoint:
-        """The judge's endpoint: the settings', else the one given to the constructor.
+    @classmethod
+    def needs_judge(cls, settings: dict[str, Any]) -> str | None:
+        """``"base_url"`` when the settings name no endpoint: then the spec's ``judge``
+        section must."""
+        return "base_url" if cls.parse_settings(settings).base_url is None else None
+
+    def endpoint(self, ctx: GraderContext | None = None) -> LLMEndpoint:
+        """The judge's endpoint: the settings', else the one given to the constructor,
+        else the run spec's ``judge`` section (``ctx.judge``).
 
         Raises ``ValueError`` (a ``validation_error``) when there is none.
         """
         endpoint = self.settings.endpoint() or self._endpoint
+        if endpoint is None and ctx is not None:
+            endpoint = ctx.judge
         if endpoint is None:
-            raise ValueError(
-                "ModelJudge: no judge endpoint; set base_url and model in grader_config.settings"
-            )
+            raise ValueError(f"ModelJudge: {NO_ENDPOINT}")
         return endpoint
 
     def _rubric(self, ctx: GraderContext) -> tuple[str, str]:
@@ -261,20 +268,15 @@ class ModelJudge(SettingsGrader[ModelJudgeSettings]):
 
     async def grade(self, ctx: GraderContext) -> float:
         settings = self.settings
-        endpoint = self.endpoint()
+        endpoint = self.endpoint(ctx)
         rubric, rubric_source = self._rubric(ctx)
         answer = final_answer(ctx.sample)
         if answer is None:
             ctx.explain("ModelJudge: the sample has no assistant message with text; reward 0")
             return 0.0
         messages = judge_messages(_question(ctx), answer, ctx.label, rubric, settings)
-        usage = {"prompt_tokens": 0, "completion_tokens": 0, "model_calls": 0}
         unreadable: list[str] = []
-        details: dict[str, Any] = {
-            "judge_model": endpoint.model,
-            "rubric_from": rubric_source,
-            "judge_usage": usage,
-        }
+        details: dict[str, Any] = {"judge_model": endpoint.model, "rubric_from": rubric_source}
         problem = ""
         for attempt in range(1, settings.max_attempts + 1):
             response = await chat_completion(
@@ -284,7 +286,6 @@ class ModelJudge(SettingsGrader[ModelJudgeSettings]):
                 temperature=0.0,
                 max_tokens=settings.max_tokens,
             )
-            _count(usage, response.get("usage"))
             reply = _reply_text(response)
             verdict = parse_reply(reply, settings)
             if not isinstance(verdict, Verdict):
@@ -316,12 +317,3 @@ def _reply_text(response: dict[str, Any]) -> str:
     except (KeyError, IndexError, TypeError):
         return ""
     return message_text(message) if isinstance(message, dict) else ""
-
-
-def _count(usage: dict[str, int], reported: object) -> None:
-    usage["model_calls"] += 1
-    if isinstance(reported, dict):
-        for name in ("prompt_tokens", "completion_tokens"):
-            value = reported.get(name)
-            if isinstance(value, int) and not isinstance(value, bool):
-                usage[name] += value

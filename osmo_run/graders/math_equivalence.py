@@ -18,12 +18,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from osmo_run.graders.base import SettingsGrader, final_answer, quoted, wrong_label
+from osmo_run.graders.base import (
+    SettingsGrader,
+    final_answer,
+    missing_extra,
+    quoted,
+    wrong_label,
+)
 from osmo_run.graders.settings import SettingsError
 from osmo_run.graders.workers import DaemonWorkers
 from osmo_run.sdk.context import GraderContext
 
-INSTALL_HINT = "pip install 'osmo-run[math]'"
 _UNICODE_MINUS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\uff0d": "-"})
 _WORKERS = DaemonWorkers(2, "math-verify")
 
@@ -40,9 +45,7 @@ def _math_verify() -> Any:
     try:
         import math_verify
     except ImportError as exc:
-        raise ImportError(
-            f"MathEquivalence needs math-verify, which is not installed ({exc}); {INSTALL_HINT}"
-        ) from None
+        raise missing_extra("MathEquivalence", "math-verify", "math", exc) from None
     for name in ("math_verify.parser", "math_verify.grader"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _NoTimeoutWarning) for f in logger.filters):

@@ -16,9 +16,8 @@ import pytest
 from osmo_run import ExecutionResult, Grader
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.testing import run_grader
-from tests.llm.conftest import embedded_llm
 
-__all__ = ["ScriptedJudge", "embedded_llm", "grade", "scripted_judge"]
+__all__ = ["ScriptedJudge", "grade", "scripted_agent_model", "scripted_judge"]
 
 QUESTION = "What is the answer?"
 
@@ -113,8 +112,7 @@ class _JudgeHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-@pytest.fixture
-def scripted_judge() -> Iterator[ScriptedJudge]:
+def _serve() -> Iterator[ScriptedJudge]:
     server = ScriptedJudge()
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -122,3 +120,14 @@ def scripted_judge() -> Iterator[ScriptedJudge]:
     server.shutdown()
     server.server_close()
     thread.join(5)
+
+
+@pytest.fixture
+def scripted_judge() -> Iterator[ScriptedJudge]:
+    yield from _serve()
+
+
+@pytest.fixture
+def scripted_agent_model() -> Iterator[ScriptedJudge]:
+    """A second scripted endpoint, for the workflow's model (``llm``) beside the judge."""
+    yield from _serve()

@@ -66,9 +66,17 @@ def _rows(write_jsonl: WriteJsonl, *answers: tuple[Any, str]) -> Path:
         (
             "osmo_run.graders:ModelJudge",
             {"rubric": "Is it right?"},
-            "error: grader_config.settings.base_url: the judge has no endpoint: set base_url and "
-            "model (and api_key_env if it needs a key) under grader_config.settings "
-            "(osmo_run.graders:ModelJudge)",
+            "error: grader_config.settings.base_url: the judge has no endpoint: add a judge "
+            "section to the run spec (base_url and model, or `judge: embedded`), or set "
+            "base_url and model in the grader's settings (osmo_run.graders:ModelJudge)",
+        ),
+        (
+            "osmo_run.graders:AnyOf",
+            {"graders": [{"grader": "ExactMatch"}, {"grader": "ModelJudge"}]},
+            "error: grader_config.settings.graders[1].settings.base_url: the judge has no "
+            "endpoint: add a judge section to the run spec (base_url and model, or "
+            "`judge: embedded`), or set base_url and model in the grader's settings "
+            "(osmo_run.graders:AnyOf)",
         ),
         (
             "osmo_run.graders:AllOf",

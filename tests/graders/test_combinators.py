@@ -132,8 +132,15 @@ def test_a_part_that_fails_fails_the_row_with_its_category(scripted_judge: Scrip
             "settings.graders[0].grader: module 'osmo_run.graders' has no attribute 'Nope'",
         ),
         (
-            {"graders": [{"grader": "AnyOf", "settings": {"graders": [{"grader": "ModelJudge"}]}}]},
-            "settings.graders[0].settings.graders[0].settings.base_url: the judge has no endpoint",
+            {
+                "graders": [
+                    {
+                        "grader": "ModelJudge",
+                        "settings": {"base_url": "http://h/v1", "model": "m", "max_tokens": 0},
+                    }
+                ]
+            },
+            "settings.graders[0].settings.max_tokens: must be at least 1, got 0",
         ),
         (
             {"graders": [{"grader": "ExactMatch", "weight": 0}], "normalize": True},
@@ -145,3 +152,33 @@ def test_part_settings_are_checked_with_their_path(settings: dict[str, Any], pro
     with pytest.raises(SettingsError) as raised:
         WeightedSum.validate_settings(settings)
     assert str(raised.value).startswith(problem)
+
+
+@pytest.mark.parametrize(
+    ("settings", "path"),
+    [
+        ({"graders": [{"grader": "ExactMatch"}]}, None),
+        (
+            {"graders": [{"grader": "ExactMatch"}, {"grader": "ModelJudge"}]},
+            "graders[1].settings.base_url",
+        ),
+        (
+            {"graders": [{"grader": "AnyOf", "settings": {"graders": [{"grader": "ModelJudge"}]}}]},
+            "graders[0].settings.graders[0].settings.base_url",
+        ),
+        (
+            {
+                "graders": [
+                    {"grader": "ModelJudge", "settings": {"base_url": "http://h/v1", "model": "m"}}
+                ]
+            },
+            None,
+        ),
+    ],
+)
+def test_a_judge_part_without_an_endpoint_is_found_with_its_path(
+    settings: dict[str, Any], path: str | None
+) -> None:
+    """The spec's judge section must name the endpoint such a part lacks (see
+    tests/graders/test_judge_section.py for the run that stops when it does not)."""
+    assert WeightedSum.needs_judge(settings) == path

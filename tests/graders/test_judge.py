@@ -7,6 +7,7 @@ client, the grader phase and the parsing are the real ones.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -16,6 +17,8 @@ from osmo_run import ErrorCategory, Phase, RolloutStatus
 from osmo_run.graders import ModelJudge
 from osmo_run.graders.judge import ModelJudgeSettings, Verdict, parse_reply
 from osmo_run.graders.settings import SettingsError, parse_settings
+from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.testing import run_grader
 from tests.graders.conftest import QUESTION, ScriptedJudge, explanation, grade
 
 SYSTEM = (
@@ -53,10 +56,13 @@ def test_the_judge_gets_the_case_at_temperature_0_and_its_reasoning_is_kept(
         "reply 1 of at most 3)",
         "judge_model": "judge-model",
         "rubric_from": "settings.rubric",
-        "judge_usage": {"prompt_tokens": 50, "completion_tokens": 10, "model_calls": 1},
         "grade": "C",
         "reasoning": "The answer names Paris, as the reference does.",
     }
+    # the judge's tokens are the grader's usage, apart from the workflow's (none here)
+    assert result.grader_usage is not None and result.usage is None
+    usage = result.grader_usage.to_dict()
+    assert (usage["model_calls"], usage["prompt_tokens"], usage["completion_tokens"]) == (1, 50, 10)
     assert "authorization" not in {k.lower() for k in scripted_judge.headers_seen[0]}
 
 
@@ -134,7 +140,8 @@ def test_an_unreadable_reply_is_retried_with_what_was_wrong(scripted_judge: Scri
     ]
     grader_info = result.info["grader"]
     assert grader_info["unreadable_replies"] == ["Looks right to me."]
-    assert grader_info["judge_usage"]["model_calls"] == 2
+    assert result.grader_usage is not None and result.grader_usage.model_calls == 2
+    assert result.grader_usage.prompt_tokens == 100
     assert "reply 2 of at most 3" in grader_info["explanation"]
 
 
@@ -157,7 +164,8 @@ def test_a_judge_that_answers_garbage_fails_the_row_quoting_its_answer(
         "last reply: 'I refuse to grade.'"
     )
     assert result.info["grader"]["unreadable_replies"] == ["Hmm.", "Banana!", "I refuse to grade."]
-    assert result.info["grader"]["judge_usage"]["model_calls"] == 3
+    # what the judge spent is counted on a failed row too
+    assert result.grader_usage is not None and result.grader_usage.model_calls == 3
 
 
 @pytest.mark.parametrize(
@@ -237,8 +245,6 @@ def test_an_endpoint_given_to_the_constructor(scripted_judge: ScriptedJudge) -> 
 @pytest.mark.parametrize(
     ("settings", "problem"),
     [
-        ({}, "settings.base_url: the judge has no endpoint: set base_url and model"),
-        ({"rubric": "r"}, "settings.base_url: the judge has no endpoint"),
         ({"base_url": "http://127.0.0.1:1/v1"}, "settings.model: base_url and model go together"),
         ({"base_url": "127.0.0.1:1", "model": "m"}, "settings.base_url: must start with http://"),
         (
@@ -273,12 +279,37 @@ def test_judge_settings_are_checked(settings: dict[str, Any], problem: str) -> N
     assert str(raised.value).startswith(problem)
 
 
+def test_settings_without_an_endpoint_are_valid_and_need_the_spec_judge() -> None:
+    ModelJudge.validate_settings({"rubric": "r"})
+    assert ModelJudge.needs_judge({"rubric": "r"}) == "base_url"
+    assert ModelJudge.needs_judge({"base_url": "http://h/v1", "model": "m"}) is None
+
+
+def test_the_spec_judge_reaches_the_grader_unless_its_settings_name_one(
+    scripted_judge: ScriptedJudge,
+) -> None:
+    """``judge`` is what the spec's judge section becomes (``ctx.judge``); an endpoint in
+    the settings wins over it."""
+    scripted_judge.script = ["ok\nGRADE: C", "ok\nGRADE: I"]
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    spec_judge = LLMEndpoint(scripted_judge.base_url, "spec-judge", api_key="sk-spec")
+    graded = asyncio.run(run_grader(ModelJudge, messages, "a", judge=spec_judge))
+    assert graded.reward == 1.0
+    assert graded.info["grader"]["judge_model"] == "spec-judge"
+    assert scripted_judge.headers_seen[0]["Authorization"] == "Bearer sk-spec"
+    own = asyncio.run(
+        run_grader(ModelJudge, messages, "a", settings=scripted_judge.settings(), judge=spec_judge)
+    )
+    assert own.reward == 0.0
+    assert [body["model"] for body in scripted_judge.requests] == ["spec-judge", "judge-model"]
+
+
 def test_without_any_endpoint_grading_is_a_validation_error() -> None:
     result = grade(ModelJudge, "x", "y")
     assert (result.error_category, result.error_phase) == (
         ErrorCategory.VALIDATION_ERROR,
         Phase.GRADER,
     )
-    assert result.error_message is not None and "ModelJudge: no judge endpoint" in (
+    assert result.error_message is not None and "ModelJudge: the judge has no endpoint" in (
         result.error_message
     )

@@ -1,11 +1,12 @@
-"""ModelJudge end to end against a real model: the embedded SmolLM2-135M-Instruct judges
-the answers a chat workflow got from another embedded server (``llm: embedded``), through
-the real ``osmo-run local``.
+"""ModelJudge end to end against a real model: the embedded SmolLM2-135M-Instruct answers
+(``llm: embedded``) and judges (``judge: embedded``) through the real ``osmo-run local``,
+one server for both.
 
 A 135M model rarely follows the answer format, so a row either carries a parsed grade
 with the judge's reasoning, or fails in the grader phase as a ``validation_error``
 quoting the judge's last reply, never a silent 0. Either way the judge's real token
-counts are in the row, apart from the workflow's ``usage``.
+counts are the row's ``grader_usage``, apart from the workflow's ``usage``, and the
+summary totals them apart.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ from pathlib import Path
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from osmo_run.sdk.context import LLMEndpoint
 from tests.conftest import CLI, REPO, read_jsonl
+from tests.llm.conftest import require_embedded
 
 pytestmark = pytest.mark.slow
 WriteJsonl = Callable[..., Path]
 
 
 def test_a_real_model_judges_a_real_models_answers(
-    cli: CLI, tmp_path: Path, write_jsonl: WriteJsonl, embedded_llm: LLMEndpoint
+    cli: CLI, tmp_path: Path, write_jsonl: WriteJsonl
 ) -> None:
+    require_embedded()
     dataset = write_jsonl(
         [
             {"id": "capital", "user_prompt": "What is the capital of France?", "label": "Paris"},
@@ -38,12 +40,11 @@ def test_a_real_model_judges_a_real_models_answers(
         "grader": "osmo_run.graders:ModelJudge",
         "code_dir": str(REPO),
         "llm": "embedded",
+        "judge": "embedded",
         "concurrency": 2,
         "workflow_config": {"settings": {"max_tokens": 24}},
         "grader_config": {
             "settings": {
-                "base_url": embedded_llm.base_url,
-                "model": embedded_llm.model,
                 "rubric": "The answer agrees with the reference answer.",
                 "max_attempts": 2,
                 "max_tokens": 32,
@@ -63,17 +64,30 @@ def test_a_real_model_judges_a_real_models_answers(
     for row in rows:
         OutputRecord.model_validate(row)
         judged = row["info"]["grader"]
-        assert judged["judge_model"] == embedded_llm.model
-        assert judged["judge_usage"]["prompt_tokens"] > 0
-        assert judged["judge_usage"]["completion_tokens"] > 0
+        assert judged["judge_model"] == "SmolLM2-135M-Instruct"
         assert row["usage"]["model_calls"] == 1  # the workflow's call alone
+        judge_usage = row["grader_usage"]  # the judge's, apart
+        assert judge_usage["prompt_tokens"] > 0 and judge_usage["completion_tokens"] > 0
         if row["status"] == "success":
             assert row["reward"] in (0.0, 0.5, 1.0)
             assert judged["grade"] in ("C", "P", "I")
             assert isinstance(judged["reasoning"], str)
+            assert judge_usage["model_calls"] in (1, 2)
         else:
             assert (row["error_category"], row["error_phase"]) == ("validation_error", "grader")
             assert row["reward"] is None
-            assert judged["judge_usage"]["model_calls"] == 2
+            assert judge_usage["model_calls"] == 2
             last = judged["unreadable_replies"][-1]
             assert f"last reply: {last[:40]!r}"[:-1] in row["error_message"]
+    manifest = json.loads(output.with_name("results.manifest.json").read_text())
+    assert manifest["info"]["judge_base_url"] == manifest["info"]["llm_base_url"]  # one server
+    assert manifest["defining"]["judge_model"] == "SmolLM2-135M-Instruct"
+    summary = json.loads(output.with_name("results.summary.json").read_text())
+    assert summary["usage"]["model_calls"] == 2
+    grader_total = sum(row["grader_usage"]["total_tokens"] for row in rows)
+    assert summary["grader_usage"]["total_tokens"] == grader_total
+    assert summary["grader_usage"]["per_rollout"]["total_tokens"]["max"] == max(
+        row["grader_usage"]["total_tokens"] for row in rows
+    )
+    printed = proc.stdout + proc.stderr
+    assert f"grader tokens  {grader_total:,} (" in printed  # the rendered summary's line

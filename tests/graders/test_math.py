@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from osmo_run import ErrorCategory, Phase, RolloutStatus
-from osmo_run.errors import BackendUnavailable
+from osmo_run.errors import BackendUnavailable, SpecError
 from osmo_run.graders import MathEquivalence
 from osmo_run.graders.settings import SettingsError
 from osmo_run.run.spec import check_grader_settings
@@ -86,7 +86,7 @@ def test_without_math_verify_the_run_stops_naming_the_pip_command(
     """``sys.modules[name] = None`` makes ``import name`` fail as if it were not installed."""
     monkeypatch.setitem(sys.modules, "math_verify", None)
     with pytest.raises(BackendUnavailable) as raised:
-        check_grader_settings("osmo_run.graders:MathEquivalence", {})
+        check_grader_settings("osmo_run.graders:MathEquivalence", {}, judge=False)
     assert "pip install 'osmo-run[math]'" in str(raised.value)
     assert raised.value.exit_code == 2
     # and a row graded where it is missing (a sandbox image without it) says the same
@@ -96,3 +96,19 @@ def test_without_math_verify_the_run_stops_naming_the_pip_command(
     assert result.error_message is not None
     assert "MathEquivalence needs math-verify" in result.error_message
     assert "pip install 'osmo-run[math]'" in result.error_message
+
+
+def test_a_harbor_run_does_not_demand_the_extra_on_the_host_but_checks_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The trial's image may have math-verify when this host does not."""
+    monkeypatch.setitem(sys.modules, "math_verify", None)
+    check = check_grader_settings
+    check("osmo_run.graders:MathEquivalence", {}, judge=False, tolerate_missing_deps=True)
+    with pytest.raises(SpecError, match=r"grader_config\.settings\.float_rounding: must be at"):
+        check(
+            "osmo_run.graders:MathEquivalence",
+            {"float_rounding": 0},
+            judge=False,
+            tolerate_missing_deps=True,
+        )
