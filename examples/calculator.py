@@ -20,7 +20,7 @@ import operator
 import re
 from pathlib import Path
 
-from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput, Grader, GraderContext
+from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
 
 _OPERATORS = {
     ast.Add: operator.add,
@@ -94,18 +94,3 @@ class CalculatorWorkflow(AgentWorkflow):
         ]
         return AgentWorkflowOutput(messages=messages, metrics={"tool_calls": 1})
 
-
-class ExactMatchGrader(Grader):
-    """Reward 1.0 when the last number in the final answer equals the label, else 0.0.
-
-    A hand-written grader, for configs/harbor-example.yaml: inside Harbor trials only the
-    SDK is installed so far, not ``osmo_run.graders``.
-    """
-
-    async def grade(self, ctx: GraderContext) -> float:
-        expected = float(ctx.label)  # a label that is not a number is a validation error
-        assert ctx.sample is not None and ctx.sample.messages, "the workflow produced no messages"
-        final = ctx.sample.messages[-1].get("content") or ""
-        numbers = re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", final)
-        got = float(numbers[-1]) if numbers else None
-        return 1.0 if got is not None and abs(got - expected) < 1e-9 else 0.0
