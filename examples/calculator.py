@@ -93,4 +93,3 @@ class CalculatorWorkflow(AgentWorkflow):
             {"role": "assistant", "content": f"The answer is {answer}."},
         ]
         return AgentWorkflowOutput(messages=messages, metrics={"tool_calls": 1})
-

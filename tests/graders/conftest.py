@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -47,12 +47,14 @@ def explanation(result: ExecutionResult) -> str:
 
 class ScriptedJudge(ThreadingHTTPServer):
     """An OpenAI-compatible chat endpoint that answers from ``script``: each item is the
-    reply text, or an ``int`` HTTP status to fail with. Records every request's body and
-    headers. Stands in for a paid judge model; the client, HTTP and parsing are real."""
+    reply text, or an ``int`` HTTP status to fail with; or ``respond(body)`` answers when
+    set (for requests whose order is not fixed). Records every request's body and headers.
+    Stands in for a paid judge model; the client, HTTP and parsing are real."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _JudgeHandler)
         self.script: list[str | int] = []
+        self.respond: Callable[[dict[str, Any]], str | int] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -69,7 +71,9 @@ class ScriptedJudge(ThreadingHTTPServer):
         """``ModelJudge`` settings pointing at this endpoint."""
         return {"base_url": self.base_url, "model": "judge-model", **extra}
 
-    def next_answer(self) -> str | int:
+    def next_answer(self, body: dict[str, Any]) -> str | int:
+        if self.respond is not None:
+            return self.respond(body)
         with self._lock:
             return self.script.pop(0) if self.script else "no script left"
 
@@ -84,7 +88,7 @@ class _JudgeHandler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append(body)
         self.server.headers_seen.append(dict(self.headers))
-        answer = self.server.next_answer()
+        answer = self.server.next_answer(body)
         if isinstance(answer, int):
             data = json.dumps({"error": {"message": f"scripted {answer}"}}).encode()
             status = answer

@@ -6,7 +6,8 @@ A 135M model rarely follows the answer format, so a row either carries a parsed 
 with the judge's reasoning, or fails in the grader phase as a ``validation_error``
 quoting the judge's last reply, never a silent 0. Either way the judge's real token
 counts are the row's ``grader_usage``, apart from the workflow's ``usage``, and the
-summary totals them apart.
+summary totals them apart. The run is then regraded with the same judge, started again
+for the regrade from the spec's ``judge: embedded``.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_a_real_model_judges_a_real_models_answers(
     }
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    output = tmp_path / "results.jsonl"
+    output = tmp_path / "run" / "results.jsonl"
     proc = cli("local", dataset, "--spec", spec_path, "-o", output, "--plain", timeout=600)
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
@@ -91,3 +92,15 @@ def test_a_real_model_judges_a_real_models_answers(
     )
     printed = proc.stdout + proc.stderr
     assert f"grader tokens  {grader_total:,} (" in printed  # the rendered summary's line
+    # a judge regrade from a spec's judge section starts the embedded judge for itself
+    regrade_spec = tmp_path / "regrade.yaml"
+    grader_config = {"settings": {"scale": "number", "max_attempts": 1, "max_tokens": 16}}
+    regrade_spec.write_text(
+        json.dumps({**spec, "grader_config": grader_config, "llm": None}), encoding="utf-8"
+    )
+    regraded = cli("regrade", output, "--spec", regrade_spec, timeout=600)
+    assert regraded.returncode in (0, 1), regraded.stderr
+    (again,) = tmp_path.glob("run-regrade-*/results.jsonl")
+    for row in read_jsonl(again):
+        assert row["usage"] == next(r["usage"] for r in rows if r["row_id"] == row["row_id"])
+        assert row["grader_usage"]["model_calls"] == 1  # one reply, read or not
