@@ -134,3 +134,20 @@ def test_the_displays_show_the_judges_tokens_apart_from_the_agents() -> None:
     assert cells(header)[-2:] == ["tokens", "grader tokens"]
     assert cells(next(line for line in lines if cells(line)[0] == "a"))[-2:] == ["1,234", "-"]
     assert cells(next(line for line in lines if cells(line)[0] == "b"))[-2:] == ["-", "560"]
+
+
+class AskingGrader(Grader):
+    """Calls the judge through ``chat_completion`` with no endpoint of its own."""
+
+    async def grade(self, ctx: GraderContext) -> float:
+        from osmo_run.sdk.llm import chat_completion
+
+        await chat_completion([{"role": "user", "content": "right?"}])
+        return 1.0
+
+
+def test_a_grader_calling_a_model_without_a_judge_section_is_told_to_add_one() -> None:
+    graded = asyncio.run(run_grader(AskingGrader, MESSAGES, "a"))
+    assert graded.error_category is not None and graded.error_category.value == "validation_error"
+    assert graded.error_message is not None
+    assert "(for a grader's calls: a 'judge' section)" in graded.error_message
