@@ -1,8 +1,9 @@
-"""A calculator "agent" that needs no model, and an exact-match grader.
+"""A calculator "agent" that needs no model.
 
 The workflow finds the arithmetic expression in the prompt, calls a calculator tool and
 answers with the result, recording the tool call like an LLM agent would. It exists to
-show osmo-run's behaviour on a run that mixes successes and every kind of failure:
+show osmo-run's behaviour on a run that mixes successes and every kind of failure; with
+the built-in ``osmo_run.graders:NumericMatch`` (configs/example.yaml):
 
 * a division by zero raises ``ZeroDivisionError``            -> agent_error
 * a prompt with no expression raises ``ValueError``         -> validation_error
@@ -19,7 +20,7 @@ import operator
 import re
 from pathlib import Path
 
-from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput, Grader, GraderContext
+from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
 
 _OPERATORS = {
     ast.Add: operator.add,
@@ -92,15 +93,3 @@ class CalculatorWorkflow(AgentWorkflow):
             {"role": "assistant", "content": f"The answer is {answer}."},
         ]
         return AgentWorkflowOutput(messages=messages, metrics={"tool_calls": 1})
-
-
-class ExactMatchGrader(Grader):
-    """Reward 1.0 when the last number in the final answer equals the label, else 0.0."""
-
-    async def grade(self, ctx: GraderContext) -> float:
-        expected = float(ctx.label)  # a label that is not a number is a validation error
-        assert ctx.sample is not None and ctx.sample.messages, "the workflow produced no messages"
-        final = ctx.sample.messages[-1].get("content") or ""
-        numbers = re.findall(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", final)
-        got = float(numbers[-1]) if numbers else None
-        return 1.0 if got is not None and abs(got - expected) < 1e-9 else 0.0

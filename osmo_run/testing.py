@@ -96,9 +96,12 @@ async def run_grader(
     settings: dict[str, Any] | None = None,
     timeout_sec: float | None = 60.0,
     artifacts_dir: Path | None = None,
+    judge: LLMEndpoint | None = None,
 ) -> ExecutionResult:
     """Grade ``sample`` (or a message list) against ``label``: SUCCESS with the reward on
-    ``result.reward``, or FAILURE in the grader phase."""
+    ``result.reward``, or FAILURE in the grader phase. ``judge`` is what ``ctx.judge``
+    returns (the spec's ``judge`` section); the grader's model calls are
+    ``result.grader_usage``."""
     if not isinstance(sample, RolloutSample):
         sample = RolloutSample(messages=list(sample))
     request = make_request(
@@ -106,7 +109,7 @@ async def run_grader(
     )
     graded = ExecutionResult(request.id, RolloutStatus.SUCCESS, sample=sample)
     config = GraderConfig(settings=dict(settings or {}))
-    return await run_grader_phase(request, graded, grader, config, artifacts_dir)
+    return await run_grader_phase(request, graded, grader, config, artifacts_dir, judge)
 
 
 async def run_rollout(
@@ -122,16 +125,19 @@ async def run_rollout(
     agent_timeout_sec: float | None = 60.0,
     grader_timeout_sec: float | None = 60.0,
     artifacts_dir: Path | None = None,
+    judge: LLMEndpoint | None = None,
 ) -> ExecutionResult:
     """One whole rollout through :class:`~osmo_run.backends.local.LocalBackend`: the
     workflow, then the grader when one is given and ``label`` is not ``None`` (otherwise
-    ``result.grader_skipped`` says why). The final result, as the output row holds it."""
+    ``result.grader_skipped`` says why). The final result, as the output row holds it.
+    ``llm`` is the workflow's endpoint, ``judge`` the grader's."""
     backend = LocalBackend(
         workflow,
         AgentWorkflowConfig(settings=dict(workflow_settings or {})),
         grader,
         GraderConfig(settings=dict(grader_settings or {})),
         llm=llm,
+        judge=judge,
         artifacts_root=artifacts_dir,
     )
     request = make_request(

@@ -4,8 +4,8 @@ An in-process deadline cannot stop synchronous code that never yields (``time.sl
 in an ``async def``, a CPU-bound loop, a C call): the event loop itself is stuck. With
 process isolation each phase runs in ``python -m osmo_run.sdk.sandbox`` (the runner
 trials use too), which enforces the deadline itself when it can; when it cannot, the
-parent kills it shortly after the deadline and reports a timeout. The API key travels in
-the child's environment, never in a file.
+parent kills it shortly after the deadline and reports a timeout. The API keys (the
+model's and the judge's) travel in the child's environment, never in a file.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.sdk.deadlines import PROCESS_KILL_MARGIN_SEC, with_margin
-from osmo_run.sdk.sandbox import API_KEY_ENV, CODE_DIR_ENV
+from osmo_run.sdk.sandbox import API_KEY_ENV, CODE_DIR_ENV, JUDGE_API_KEY_ENV
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase
 
 
@@ -27,7 +27,13 @@ class ProcessPhaseRunner:
     """Runs workflow and grader phases in child processes; files live in a private
     temporary directory removed by :meth:`close`."""
 
-    def __init__(self, code_dir: Path, api_key: str | None, artifacts_root: Path | None) -> None:
+    def __init__(
+        self,
+        code_dir: Path,
+        api_key: str | None,
+        judge_api_key: str | None,
+        artifacts_root: Path | None,
+    ) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix="osmo-run-isolated-"))  # mode 0700
         package_root = str(Path(__file__).resolve().parents[2])
         python_path = [package_root, os.environ.get("PYTHONPATH", "")]
@@ -38,6 +44,8 @@ class ProcessPhaseRunner:
         }
         if api_key:
             self._env[API_KEY_ENV] = api_key
+        if judge_api_key:
+            self._env[JUDGE_API_KEY_ENV] = judge_api_key
         if artifacts_root is not None:
             self._env["OSMO_RUN_ARTIFACTS_DIR"] = str(artifacts_root)
         self._counter = 0

@@ -36,6 +36,8 @@ class LocalBackend(ExecutionBackend):
     ``isolation="process"`` runs each phase in a child process (importing the workflow
     from ``code_dir``) that is killed when it overruns its deadline, so even code that
     blocks the event loop forever cannot hold a row past it.
+
+    ``llm`` is the endpoint workflows reach, ``judge`` the one graders reach (``ctx.judge``).
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class LocalBackend(ExecutionBackend):
         grader_config: GraderConfig | None = None,
         *,
         llm: LLMEndpoint | None = None,
+        judge: LLMEndpoint | None = None,
         artifacts_root: Path | None = None,
         isolation: str = "none",
         code_dir: Path | None = None,
@@ -57,6 +60,7 @@ class LocalBackend(ExecutionBackend):
         self._workflow_config = workflow_config or AgentWorkflowConfig()
         self._grader_config = grader_config or GraderConfig()
         self._llm = llm
+        self._judge = judge
         self._artifacts_root = artifacts_root
         self._slots = asyncio.Semaphore(self._workflow_config.concurrency.max_concurrent)
         self._running = 0
@@ -68,8 +72,8 @@ class LocalBackend(ExecutionBackend):
             self._grader_path = (
                 None if grader is None else import_path_of(grader, Grader, "grader", False)
             )
-            key = llm.api_key if llm else None
-            self._isolated = ProcessPhaseRunner(code_dir or Path.cwd(), key, artifacts_root)
+            keys = (llm.api_key if llm else None, judge.api_key if judge else None)
+            self._isolated = ProcessPhaseRunner(code_dir or Path.cwd(), *keys, artifacts_root)
 
     @property
     def max_concurrency(self) -> int:
@@ -123,10 +127,15 @@ class LocalBackend(ExecutionBackend):
         assert self._grader is not None
         if self._isolated is None:
             return await run_grader_phase(
-                request, workflow_result, self._grader, self._grader_config, self._artifacts_root
+                request,
+                workflow_result,
+                self._grader,
+                self._grader_config,
+                self._artifacts_root,
+                self._judge,
             )
         assert self._grader_path is not None
-        spec = grader_input(request, self._grader_path, self._grader_config)
+        spec = grader_input(request, self._grader_path, self._grader_config, self._judge)
         spec["workflow_result"] = workflow_result.to_dict()
         result = await self._isolated.run("grader", spec, request.id, request.grader_timeout_sec)
         if result.sample is None:  # a grader failure keeps the workflow's sample

@@ -14,8 +14,8 @@ from osmo_run.cli.launch import launch, load_run_spec, run_settings
 
 if TYPE_CHECKING:
     from osmo_run.backends.harbor import HarborBackend
-    from osmo_run.run.settings import BackendContext
-    from osmo_run.run.spec import HarborSpec
+    from osmo_run.run.settings import BackendContext, BackendFactory
+    from osmo_run.run.spec import HarborSpec, RunSpec
 
 
 def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -57,6 +57,37 @@ def _identity(harbor: HarborSpec) -> dict[str, Any]:
         "harbor_env": harbor.environment_import_path or harbor.env,
         "harbor_env_kwargs": harbor.environment_kwargs,
     }
+
+
+def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None) -> BackendFactory:
+    """Makes the run's HarborBackend once the run knows its paths and endpoints;
+    ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
+    from osmo_run.backends.harbor import HarborBackend
+
+    task = spec.harbor
+
+    def make_backend(context: BackendContext) -> HarborBackend:
+        return HarborBackend(
+            task_dir=task.task_dir,
+            tasks_root=task.tasks_root,
+            user_code_dir=user_code_dir or spec.code_dir or Path.cwd(),
+            workflow=spec.workflow,
+            workflow_config=spec.build_workflow_config(),
+            grader=spec.grader,
+            # the trial's image may have a grader's optional library this host lacks
+            grader_config=spec.build_grader_config(tolerate_missing_deps=True),
+            environment_config=environment,
+            prebuild_local_image=task.prebuild,
+            cleanup_successful_trials=not task.keep_trials,
+            trials_dir=task.trials_dir or context.paths.trials,
+            run_id=context.run_id,
+            llm=context.llm,
+            llm_api_key_env=spec.llm.api_key_env if spec.llm else None,
+            judge=context.judge,
+            judge_api_key_env=spec.judge.api_key_env if spec.judge else None,
+        )
+
+    return make_backend
 
 
 @takes_flag_groups
@@ -129,7 +160,7 @@ def harbor(
         raise InputError("give --task-dir DIR (or harbor.task_dir in the spec)")
     if dataset is None and task.task_dir is None:
         raise InputError("without a dataset, --task-dir names the task whose instruction runs")
-    from osmo_run.backends.harbor import HarborBackend, environment_config
+    from osmo_run.backends.harbor import environment_config
 
     environment = environment_config(
         task.env, task.environment_import_path, task.environment_kwargs
@@ -148,22 +179,4 @@ def harbor(
         info={"prebuild": task.prebuild, "keep_trials": task.keep_trials},
     )
 
-    def make_backend(context: BackendContext) -> HarborBackend:
-        return HarborBackend(
-            task_dir=task.task_dir,
-            tasks_root=task.tasks_root,
-            user_code_dir=user_code_dir or spec.code_dir or Path.cwd(),
-            workflow=spec.workflow,
-            workflow_config=spec.build_workflow_config(),
-            grader=spec.grader,
-            grader_config=spec.build_grader_config(),
-            environment_config=environment,
-            prebuild_local_image=task.prebuild,
-            cleanup_successful_trials=not task.keep_trials,
-            trials_dir=task.trials_dir or context.paths.trials,
-            run_id=context.run_id,
-            llm=context.llm,
-            llm_api_key_env=spec.llm.api_key_env if spec.llm else None,
-        )
-
-    launch(settings, make_backend)
+    launch(settings, _backend_factory(spec, environment, user_code_dir))

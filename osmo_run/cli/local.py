@@ -44,6 +44,7 @@ def local(
             spec.grader,
             spec.build_grader_config(),
             llm=context.llm,
+            judge=context.judge,
             artifacts_root=context.paths.artifacts,
             isolation=spec.isolation,
             code_dir=spec.code_dir or Path.cwd(),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -64,18 +65,57 @@ def regrade(
         Path | None,
         typer.Option(help="Directory the grader's package imports from [default: the run's]."),
     ] = None,
+    grader_settings: Annotated[
+        str | None,
+        typer.Option(
+            help="The grader's settings as a JSON object [default: those of the grader chosen]."
+        ),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="A run spec whose grader, grader_config and judge section regrade "
+            "(--grader and --grader-settings win)."
+        ),
+    ] = None,
 ) -> None:
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.display import render_summary
     from osmo_run.run.finish import exit_code_for, write_summary
+    from osmo_run.run.regrade import choose_grader, judge_endpoint
     from osmo_run.run.regrade import regrade as regrade_run
     from osmo_run.run.report import LoadedRun
+    from osmo_run.run.spec import load_spec
     from osmo_run.sdk.imports import ensure_on_path
 
     loaded = LoadedRun.load(run)
+    run_spec = load_spec(spec) if spec is not None else None
     recorded = loaded.manifest.info.get("code_dir") if loaded.manifest else None
-    ensure_on_path(code_dir or (Path(recorded) if recorded else Path.cwd()))
-    summary, paths = regrade_run(loaded, grader, output, overwrite, concurrency)
+    spec_code = run_spec.code_dir if run_spec is not None else None
+    ensure_on_path(code_dir or spec_code or (Path(recorded) if recorded else Path.cwd()))
+    settings = _settings_json(grader_settings)
+    name, settings = choose_grader(loaded, grader, settings, run_spec)
+    with judge_endpoint(run_spec, loaded.paths.directory) as judge:
+        summary, paths = regrade_run(
+            loaded, name, settings, output, overwrite, concurrency, judge=judge
+        )
     write_summary(paths, summary)
     console().print(render_summary(summary))
     raise typer.Exit(int(exit_code_for(summary)))
+
+
+def _settings_json(text: str | None) -> dict[str, Any] | None:
+    """``--grader-settings``: a JSON object; :class:`InputError` naming the flag otherwise."""
+    from osmo_run.errors import InputError
+
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--grader-settings: not JSON ({exc}); pass an object") from None
+    if not isinstance(value, dict):
+        raise InputError(
+            f"--grader-settings: must be a JSON object of settings, got {type(value).__name__}"
+        )
+    return value

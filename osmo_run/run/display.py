@@ -87,11 +87,16 @@ class _Counts:
         self.started_at = time.monotonic()
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.grader_prompt_tokens = 0
+        self.grader_completion_tokens = 0
 
     def add(self, result: ExecutionResult) -> None:
         if result.usage is not None:
             self.prompt_tokens += result.usage.prompt_tokens
             self.completion_tokens += result.usage.completion_tokens
+        if result.grader_usage is not None:  # a judge's tokens, shown apart
+            self.grader_prompt_tokens += result.grader_usage.prompt_tokens
+            self.grader_completion_tokens += result.grader_usage.completion_tokens
         self.done += 1
         if result.status is RolloutStatus.SUCCESS:
             self.ok += 1
@@ -111,6 +116,9 @@ class _Counts:
             tokens = self.prompt_tokens + self.completion_tokens
             per_sec = tokens / elapsed if elapsed > 0 else 0.0
             line += f" · {tokens:,} tokens ({self.completion_tokens:,} out) · {per_sec:,.1f} tok/s"
+        if self.grader_prompt_tokens or self.grader_completion_tokens:
+            tokens = self.grader_prompt_tokens + self.grader_completion_tokens
+            line += f" · grader {tokens:,} tokens ({self.grader_completion_tokens:,} out)"
         return line
 
 
@@ -221,7 +229,11 @@ class LiveDisplay(Display):
         with_tokens = bool(counts.prompt_tokens or counts.completion_tokens)
         if with_tokens:
             recent.add_column("tokens", justify="right")
+        with_grader_tokens = bool(counts.grader_prompt_tokens or counts.grader_completion_tokens)
+        if with_grader_tokens:
+            recent.add_column("grader tokens", justify="right")
         for result in list(self._recent):
+            grader = result.grader_usage
             status = result.status.value
             reward = "-" if result.reward is None else f"{result.reward:g}"
             category = result.error_category.value if result.error_category else ""
@@ -232,9 +244,9 @@ class LiveDisplay(Display):
                 category,
                 f"{result.timings.total_sec:.2f}s",
             ]
-            if with_tokens:
-                usage = result.usage
-                cells.append("-" if usage is None else f"{usage.total_tokens:,}")
+            for shown, usage in ((with_tokens, result.usage), (with_grader_tokens, grader)):
+                if shown:
+                    cells.append("-" if usage is None else f"{usage.total_tokens:,}")
             recent.add_row(*cells)
         histogram = ", ".join(f"{k} {v}" for k, v in counts.categories.most_common())
         parts: list[RenderableType] = [header, progress]
@@ -373,6 +385,8 @@ def render_summary(summary: RunSummary) -> RenderableType:
     )
     if summary.usage is not None:
         table.add_row("tokens", _usage_text(summary.usage))
+    if summary.grader_usage is not None:  # a judge's, apart from the workflows'
+        table.add_row("grader tokens", _usage_text(summary.grader_usage))
     if summary.error_categories:
         largest = max(summary.error_categories.values())
         width = max(len(k) for k in summary.error_categories)

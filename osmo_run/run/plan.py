@@ -29,7 +29,8 @@ class RunPlan:
     """One planned run. ``spec`` is the effective spec (``--smoke`` caps its deadlines);
     ``rows`` counts the selected rows and ``problems`` the bad ones recorded as validation
     errors (``bad_rows: record``). ``llm`` is the endpoint rollouts reach, ``None`` for
-    ``llm: embedded`` until its server has started (:func:`with_model_server`)."""
+    ``llm: embedded`` until its server has started (:func:`with_model_server`); ``judge``
+    the one graders reach (the spec's ``judge`` section), likewise."""
 
     settings: RunSettings
     spec: RunSpec
@@ -39,6 +40,7 @@ class RunPlan:
     manifest: Manifest
     paths: RunPaths
     llm: LLMEndpoint | None
+    judge: LLMEndpoint | None = None
     model_note: str = ""
     """What the display says about the model server the run started (empty: none)."""
 
@@ -53,7 +55,8 @@ class RunPlan:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values masked in everything the run writes and shows."""
-        return (self.llm.api_key,) if self.llm is not None and self.llm.api_key else ()
+        endpoints = (self.llm, self.judge)
+        return tuple(e.api_key for e in endpoints if e is not None and e.api_key)
 
 
 def plan_run(settings: RunSettings) -> RunPlan:
@@ -64,6 +67,7 @@ def plan_run(settings: RunSettings) -> RunPlan:
     """
     spec = smoke_spec(settings.spec) if settings.smoke_rows is not None else settings.spec
     llm = spec.llm.endpoint() if spec.llm is not None else None
+    judge = spec.judge.endpoint() if spec.judge is not None else None
     dataset = _dataset(settings.dataset, spec)
     rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
     identity = dict(settings.backend_identity)
@@ -76,7 +80,7 @@ def plan_run(settings: RunSettings) -> RunPlan:
         identity["smoke"] = {"rows": settings.smoke_rows, "seed": settings.seed}
     manifest = build_manifest(settings, spec, dataset, rows, identity)
     paths = RunPaths(settings.output or Path("runs") / manifest.run_id / "results.jsonl")
-    return RunPlan(settings, spec, dataset, rows, tuple(problems), manifest, paths, llm)
+    return RunPlan(settings, spec, dataset, rows, tuple(problems), manifest, paths, llm, judge)
 
 
 def _dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) -> Dataset:
@@ -114,12 +118,18 @@ def build_manifest(
 ) -> Manifest:
     """The run's identity: defining fields (blocking a resume when changed) and the rest."""
     workflow_config = spec.build_workflow_config()
+    # a Harbor trial's image may have a grader's optional library that this host lacks
+    grader_config = spec.build_grader_config(
+        tolerate_missing_deps=settings.backend_name == "harbor"
+    )
+    judge = {} if spec.judge is None else {"judge_model": spec.judge.model}
     defining: dict[str, Any] = {
         "backend": settings.backend_name,
         "workflow": spec.workflow,
         "workflow_settings": workflow_config.settings,
         "grader": spec.grader,
-        "grader_settings": spec.build_grader_config().settings,
+        "grader_settings": grader_config.settings,
+        **judge,  # only when there is one: run ids without a judge stay as they were
         "timeouts": spec.timeouts.model_dump(),
         "model": None if spec.llm is None else spec.llm.model,
         "dataset_sha256": dataset.content_sha256(),
@@ -135,6 +145,7 @@ def build_manifest(
         "dataset_path": str(settings.dataset.resolve()),  # regrade finds it from anywhere
         "concurrency": workflow_config.concurrency.max_concurrent,
         "llm_base_url": None if spec.llm is None else spec.llm.base_url,
+        **({} if spec.judge is None else {"judge_base_url": spec.judge.base_url}),
         "pass_threshold": spec.pass_threshold,
         "retries": spec.retries.model_dump(),
         **settings.info,
@@ -145,8 +156,17 @@ def build_manifest(
 def with_model_server(
     plan: RunPlan, endpoint: LLMEndpoint, server: dict[str, Any], note: str
 ) -> RunPlan:
-    """``plan`` once the model server it started answers at ``endpoint`` (recorded in the
-    manifest's info as ``llm_base_url`` and ``llm_server``)."""
-    info = {**plan.manifest.info, "llm_base_url": endpoint.base_url, "llm_server": server}
+    """``plan`` once the model server it started answers at ``endpoint``: the endpoint of
+    ``llm: embedded`` and of ``judge: embedded``, whichever asked for it (recorded in the
+    manifest's info as ``llm_base_url`` / ``judge_base_url`` and ``llm_server``)."""
+    llm, judge = plan.spec.llm, plan.spec.judge
+    info = {**plan.manifest.info, "llm_server": server}
+    changes: dict[str, Any] = {}
+    if llm is not None and llm.embedded:
+        info["llm_base_url"] = endpoint.base_url
+        changes["llm"] = endpoint
+    if judge is not None and judge.embedded:
+        info["judge_base_url"] = endpoint.base_url
+        changes["judge"] = endpoint
     manifest = dataclasses.replace(plan.manifest, info=info)
-    return dataclasses.replace(plan, manifest=manifest, llm=endpoint, model_note=note)
+    return dataclasses.replace(plan, manifest=manifest, model_note=note, **changes)

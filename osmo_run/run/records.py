@@ -31,7 +31,8 @@ class SampleRecord(BaseModel):
 
 
 class UsageRecord(BaseModel):
-    """What the rollout's workflow spent on its model, from the endpoint's responses."""
+    """What the rollout's workflow (``usage``) or grader (``grader_usage``) spent on its
+    model, from the endpoint's responses."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -75,6 +76,9 @@ class OutputRecord(BaseModel):
     backend: dict[str, Any]
     usage: UsageRecord | None = None
     """``None`` when the workflow made no model call that reported usage."""
+    grader_usage: UsageRecord | None = None
+    """The grader's model calls (a judge), apart from the workflow's; ``None`` when it
+    made none."""
 
 
 def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:

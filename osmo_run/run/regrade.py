@@ -3,14 +3,21 @@
 The new results go to a run directory of their own (``<run>-regrade-<hash>``) whose
 manifest names the run it regraded. The grader runs in this process, whatever backend
 produced the samples. Rows whose workflow failed are carried over unchanged.
+
+Which grader, with which settings and which judge: :func:`choose_grader` (the flags, a
+spec's grader and judge section, or the run's own grader), checked like a run's before
+anything is written; :func:`judge_endpoint` starts the embedded model for
+``judge: embedded``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +28,10 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import record_dict, record_line
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import RunPaths, iter_records
-from osmo_run.run.spec import parse_shard
+from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
 from osmo_run.run.summary import RunSummary
 from osmo_run.sdk.config import GraderConfig
+from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.rollout import grader_skip_reason, run_grader_phase, run_to_completion
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
@@ -53,8 +61,63 @@ def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
     return requests, manifest
 
 
-def _regraded_paths(run: LoadedRun, grader: str, settings: dict[str, Any]) -> RunPaths:
-    digest = hashlib.sha256(json.dumps([grader, settings], sort_keys=True).encode()).hexdigest()
+def choose_grader(
+    run: LoadedRun,
+    grader: str | None,
+    settings: dict[str, Any] | None,
+    spec: RunSpec | None,
+) -> tuple[str, dict[str, Any]]:
+    """The grader that regrades ``run`` and its settings, checked as a run checks them.
+
+    The grader is ``grader`` (``--grader``), else the spec's, else the run's own. The
+    settings are ``settings`` (``--grader-settings``), else those that came with the chosen
+    grader (the spec's ``grader_config.settings``, or the run's), else none. A judging
+    grader needs an endpoint in its settings or the spec's judge section. Raises
+    :class:`InputError` (no grader at all) or :class:`~osmo_run.errors.SpecError`.
+    """
+    if run.manifest is None:
+        raise InputError(f"{run.paths.manifest}: missing; regrade needs the run's manifest")
+    defining = run.manifest.defining
+    spec_grader = spec.grader if spec is not None else None
+    name = grader or spec_grader or defining.get("grader")
+    if not name:
+        raise InputError("the run had no grader; name one with --grader module:Class")
+    if settings is None:
+        settings = {}
+        if spec is not None and name == spec_grader:
+            settings = GraderConfig.from_dict(spec.grader_config).settings
+        elif grader is None and spec_grader is None:
+            settings = dict(defining.get("grader_settings") or {})
+    judge = spec is not None and spec.judge is not None
+    check_grader_settings(str(name), settings, judge=judge)
+    return str(name), settings
+
+
+@contextlib.contextmanager
+def judge_endpoint(spec: RunSpec | None, log_dir: Path) -> Iterator[LLMEndpoint | None]:
+    """The endpoint of the spec's judge section (``None`` without one); for ``judge:
+    embedded`` the embedded model's server, started here and stopped on leaving (its log
+    in ``log_dir``). Raises :class:`~osmo_run.errors.SpecError` for an unset key variable
+    and :class:`~osmo_run.errors.EmbeddedLLMUnavailable` without the embedded extra."""
+    judge = spec.judge if spec is not None else None
+    if judge is None or not judge.embedded:
+        yield None if judge is None else judge.endpoint()
+        return
+    from osmo_run.llm.embedded import EmbeddedLLMServer
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    server = EmbeddedLLMServer(parallel=4, log_path=log_dir / "regrade-judge.llm.log")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def _regraded_paths(
+    run: LoadedRun, grader: str, settings: dict[str, Any], judge: LLMEndpoint | None
+) -> RunPaths:
+    defining = [grader, settings] + ([judge.model] if judge is not None else [])
+    digest = hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()
     directory = run.paths.directory.resolve()
     if run.paths.results.name != "results.jsonl":  # --output x.jsonl: x-regrade-… beside it
         return RunPaths(directory / f"{run.paths.results.stem}-regrade-{digest[:8]}/results.jsonl")
@@ -63,35 +126,37 @@ def _regraded_paths(run: LoadedRun, grader: str, settings: dict[str, Any]) -> Ru
 
 def regrade(
     run: LoadedRun,
-    grader_path: str | None,
+    grader_name: str,
+    settings: dict[str, Any],
     output: Path | None,
     overwrite: bool,
     concurrency: int = 8,
+    judge: LLMEndpoint | None = None,
 ) -> tuple[RunSummary, RunPaths]:
-    """Grade every saved sample of ``run`` again; return the new run's summary and paths.
+    """Grade every saved sample of ``run`` again with ``grader_name`` and ``settings`` (from
+    :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
+    summary and paths. The judge's key is masked in the new rows.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
     :class:`OutputError` (the target already holds results and ``overwrite`` is off).
     """
     requests, manifest = _requests(run)
-    defining = manifest.defining
-    grader_name = grader_path or defining.get("grader")
-    if not grader_name:
-        raise InputError("the run had no grader; name one with --grader module:Class")
-    settings = dict(defining.get("grader_settings") or {}) if grader_path is None else {}
     grader = resolve_class(grader_name, Grader, "grader")
-    paths = RunPaths(output) if output else _regraded_paths(run, str(grader_name), settings)
+    paths = RunPaths(output) if output else _regraded_paths(run, grader_name, settings, judge)
     if paths.results.exists() and paths.results.stat().st_size > 0:
         if not overwrite:
             raise OutputError(f"{paths.results}: already holds results; pass --overwrite")
         paths.results.unlink()
     paths.directory.mkdir(parents=True, exist_ok=True)
-    write_manifest(paths.manifest, _regrade_manifest(manifest, run, grader_name, settings))
-    regrader = _Regrader(run, requests, grader, GraderConfig(settings=settings), concurrency)
+    regraded = _regrade_manifest(manifest, run, grader_name, settings, judge)
+    write_manifest(paths.manifest, regraded)
+    config = GraderConfig(settings=settings)
+    regrader = _Regrader(run, requests, grader, config, concurrency, judge)
     builder = run.builder()
+    secrets = (judge.api_key,) if judge is not None and judge.api_key else ()
 
     async def main() -> None:
-        with OutputWriter(paths.results) as writer:
+        with OutputWriter(paths.results, secrets) as writer:
             pending = [regrader.grade(record) for record in iter_records(run.paths.results)]
             for done in asyncio.as_completed(pending):
                 record = await done
@@ -103,17 +168,24 @@ def regrade(
 
 
 def _regrade_manifest(
-    manifest: Manifest, run: LoadedRun, grader: str, settings: dict[str, Any]
+    manifest: Manifest,
+    run: LoadedRun,
+    grader: str,
+    settings: dict[str, Any],
+    judge: LLMEndpoint | None,
 ) -> Manifest:
-    """The regraded run's identity: the original's, with the new grader and a link back."""
+    """The regraded run's identity: the original's, with the new grader (and judge) and a
+    link back."""
+    defining = {**manifest.defining, "grader": grader, "grader_settings": settings}
+    info = {**manifest.info, "regraded_from": str(run.paths.results)}
+    defining.pop("judge_model", None)  # the original's judge did not grade these rows
+    info.pop("judge_base_url", None)
+    if judge is not None:
+        defining["judge_model"] = judge.model
+        info["judge_base_url"] = judge.base_url
     return Manifest(
-        defining={
-            **manifest.defining,
-            "grader": grader,
-            "grader_settings": settings,
-            "regrade_of": manifest.run_id,
-        },
-        info={**manifest.info, "regraded_from": str(run.paths.results)},
+        defining={**defining, "regrade_of": manifest.run_id},
+        info=info,
         dataset_name=manifest.dataset_name,
     )
 
@@ -128,12 +200,14 @@ class _Regrader:
         grader: Any,
         config: GraderConfig,
         concurrency: int,
+        judge: LLMEndpoint | None = None,
     ) -> None:
         self._run = run
         self._requests = requests
         self._grader = grader
         self._config = config
         self._slots = asyncio.Semaphore(concurrency)
+        self._judge = judge
 
     async def grade(self, record: dict[str, Any]) -> dict[str, Any]:
         """The record graded again; as it is when its workflow failed or it has no sample."""
@@ -161,7 +235,7 @@ class _Regrader:
                 # the workflow's artifacts, where the grader found them during the run
                 artifacts = self._run.paths.artifacts
                 result = await run_grader_phase(
-                    request, result, self._grader, self._config, artifacts
+                    request, result, self._grader, self._config, artifacts, self._judge
                 )
         result.timings.workflow_sec = saved.timings.workflow_sec
         result.timings.queued_sec = saved.timings.queued_sec

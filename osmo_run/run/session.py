@@ -46,7 +46,8 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         console = Console(file=console.file, highlight=False, color_system=None)
     with contextlib.ExitStack() as started:  # what the run starts, stopped when it ends
         plan = _start_model_server(plan, started)
-        backend = make_backend(BackendContext(plan.paths, plan.manifest.run_id, plan.llm))
+        context = BackendContext(plan.paths, plan.manifest.run_id, plan.llm, plan.judge)
+        backend = make_backend(context)
         display = make_display(settings.display, console)
         # --json: stdout holds the verdict alone; what workflows print goes to stderr
         if settings.json_summary:
@@ -57,10 +58,10 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
 
 
 def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan:
-    """For ``llm: embedded``: start the model server, stopped with ``started``, and return
-    the plan with its endpoint; any other plan as it is."""
-    llm = plan.spec.llm
-    if llm is None or not llm.embedded:
+    """For ``llm: embedded`` or ``judge: embedded`` (one server for both): start the model
+    server, stopped with ``started``, and return the plan with its endpoint; any other
+    plan as it is."""
+    if not any(s is not None and s.embedded for s in (plan.spec.llm, plan.spec.judge)):
         return plan
     from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer
 

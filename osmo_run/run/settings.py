@@ -51,11 +51,13 @@ class RunSettings:
 class BackendContext:
     """What a backend is made with once the run is planned: where the run's files go, the
     run id, and the model endpoint rollouts reach (the spec's, or the embedded model's
-    server the run started; ``None`` without an ``llm`` section)."""
+    server the run started; ``None`` without an ``llm`` section); ``judge`` likewise, the
+    endpoint graders reach (the ``judge`` section)."""
 
     paths: RunPaths
     run_id: str
     llm: LLMEndpoint | None
+    judge: LLMEndpoint | None = None
 
 
 BackendFactory = Callable[[BackendContext], ExecutionBackend]

@@ -11,17 +11,22 @@ import difflib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from osmo_run.errors import SpecError
+from osmo_run.errors import BackendUnavailable, ImportPathError, SpecError
+from osmo_run.graders.base import SettingsGrader
+from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
+from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.types import ErrorCategory
+from osmo_run.sdk.workflow import Grader
 
 
 class _Strict(BaseModel):
@@ -32,6 +37,9 @@ class LLMSpec(_Strict):
     """An OpenAI-compatible chat endpoint the workflow reaches through its rollout context:
     ``base_url`` and ``model``, or ``embedded`` (``llm: embedded`` for short) for the small
     model osmo-run starts on 127.0.0.1 for the run (see :mod:`osmo_run.llm.embedded`)."""
+
+    section: ClassVar[str] = "llm"
+    """The spec field this section is, as error messages name it."""
 
     embedded: bool = Field(
         default=False,
@@ -63,7 +71,9 @@ class LLMSpec(_Strict):
                 raise ValueError(f"embedded serves {EMBEDDED_MODEL} only: remove model")
             self.model = EMBEDDED_MODEL
         elif self.base_url is None or self.model is None:
-            raise ValueError("needs base_url and model (or `llm: embedded` for the bundled model)")
+            raise ValueError(
+                f"needs base_url and model (or `{self.section}: embedded` for the bundled model)"
+            )
         return self
 
     def endpoint(self) -> LLMEndpoint | None:
@@ -79,10 +89,18 @@ class LLMSpec(_Strict):
             key = os.environ.get(self.api_key_env)
             if not key:
                 raise SpecError(
-                    f"llm.api_key_env: environment variable {self.api_key_env} is not set; "
-                    "export it or remove api_key_env"
+                    f"{self.section}.api_key_env: environment variable {self.api_key_env} is "
+                    "not set; export it or remove api_key_env"
                 )
         return LLMEndpoint(base_url=self.base_url, model=self.model, api_key=key)
+
+
+class JudgeSpec(LLMSpec):
+    """The model a judging grader (``osmo_run.graders:ModelJudge``) calls: ``base_url`` and
+    ``model``, or ``embedded`` (``judge: embedded``), which shares the embedded server with
+    ``llm: embedded`` when both ask for it. Its key is a secret like the llm's."""
+
+    section: ClassVar[str] = "judge"
 
 
 class TimeoutsSpec(_Strict):
@@ -176,6 +194,11 @@ class RunSpec(_Strict):
     )
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
     llm: LLMSpec | None = Field(default=None, json_schema_extra=_embedded_shorthand_schema)
+    judge: JudgeSpec | None = Field(
+        default=None,
+        description="The judge model of grader calls (ModelJudge): base_url and model, or embedded",
+        json_schema_extra=_embedded_shorthand_schema,
+    )
     output: Path | None = Field(default=None, description="Output JSONL path")
     bad_rows: Literal["stop", "record"] = Field(
         default="stop",
@@ -196,7 +219,7 @@ class RunSpec(_Strict):
     )
     harbor: HarborSpec = Field(default_factory=HarborSpec)
 
-    @field_validator("llm", mode="before")
+    @field_validator("llm", "judge", mode="before")
     @classmethod
     def _embedded_shorthand(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -232,11 +255,65 @@ class RunSpec(_Strict):
             config.concurrency.max_concurrent = self.concurrency
         return config
 
-    def build_grader_config(self) -> GraderConfig:
+    def build_grader_config(self, tolerate_missing_deps: bool = False) -> GraderConfig:
+        """The grader config, its settings checked by the grader itself (see
+        :func:`check_grader_settings`); :class:`SpecError` if invalid.
+
+        ``tolerate_missing_deps``: the grader runs elsewhere (a Harbor trial), whose
+        environment may have an optional library this host lacks.
+        """
         try:
-            return GraderConfig.from_dict(self.grader_config)
+            config = GraderConfig.from_dict(self.grader_config)
         except (TypeError, ValueError) as exc:
             raise SpecError(f"grader_config: {exc}") from None
+        if self.grader is not None:
+            check_grader_settings(
+                self.grader,
+                config.settings,
+                judge=self.judge is not None,
+                tolerate_missing_deps=tolerate_missing_deps,
+            )
+        return config
+
+
+def check_grader_settings(
+    grader: str, settings: dict[str, Any], *, judge: bool, tolerate_missing_deps: bool = False
+) -> None:
+    """Let the grader ``grader`` names check ``settings`` (``Grader.validate_settings``),
+    so bad settings stop a run before any row: :class:`SpecError` naming the field (a
+    judging grader with no endpoint when ``judge``, the spec's judge section, is off), or
+    :class:`BackendUnavailable` naming the pip command of a missing extra (unless
+    ``tolerate_missing_deps``).
+
+    A grader path that does not resolve here is left to whoever resolves the grader (the
+    backend, ``osmo-run validate``), which reports it, or tolerates a dependency missing
+    on this host that the sandbox has.
+    """
+    try:
+        cls = resolve_class(grader, Grader, "grader")
+    except ImportPathError:
+        return
+    if not (isinstance(cls, type) and issubclass(cls, Grader)):
+        return  # an instance brings its own config
+    try:
+        cls.validate_settings(settings)
+        unnamed = (
+            None if judge or not issubclass(cls, SettingsGrader) else cls.needs_judge(settings)
+        )
+    except SettingsError as exc:
+        raise SpecError(f"{_settings_path(exc.path)}: {exc.problem} ({grader})") from None
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"grader_config.settings: {exc} ({grader})") from None
+    except ImportError as exc:
+        if tolerate_missing_deps:
+            return
+        raise BackendUnavailable(f"grader {grader}: {exc}") from None
+    if unnamed is not None:
+        raise SpecError(f"{_settings_path(unnamed)}: {NO_JUDGE_ENDPOINT} ({grader})")
+
+
+def _settings_path(path: str) -> str:
+    return f"grader_config.settings.{path}" if path else "grader_config.settings"
 
 
 def parse_shard(value: str) -> tuple[int, int]:

@@ -64,6 +64,43 @@ def _spread(values: QuantileSketch) -> tuple[float | None, float | None, float |
     return values.quantile(0.5), values.quantile(0.95), values.max
 
 
+class UsageTally:
+    """Accumulates one kind of model usage (the workflows' or the graders') over rollouts,
+    in bounded sketches."""
+
+    def __init__(self) -> None:
+        self._prompt_tokens = QuantileSketch()
+        self._completion_tokens = QuantileSketch()
+        self._total_tokens = QuantileSketch()
+        self._model_calls = 0
+        self._model_sec = 0.0
+
+    def add(self, usage: LLMUsage | None) -> None:
+        """Count one rollout's usage; ``None`` or no call counts nothing."""
+        if usage is None or not usage.model_calls:
+            return
+        self._prompt_tokens.add(usage.prompt_tokens)
+        self._completion_tokens.add(usage.completion_tokens)
+        self._total_tokens.add(usage.prompt_tokens + usage.completion_tokens)
+        self._model_calls += usage.model_calls
+        self._model_sec += usage.model_sec
+
+    def summary(self) -> UsageSummary | None:
+        """The totals and per-rollout percentiles; ``None`` when no rollout counted any."""
+        if not self._prompt_tokens.count:
+            return None
+        return UsageSummary(
+            rollouts=self._prompt_tokens.count,
+            model_calls=self._model_calls,
+            prompt_tokens=int(self._prompt_tokens.total),
+            completion_tokens=int(self._completion_tokens.total),
+            model_sec=self._model_sec,
+            prompt_per_rollout=_spread(self._prompt_tokens),
+            completion_per_rollout=_spread(self._completion_tokens),
+            total_per_rollout=_spread(self._total_tokens),
+        )
+
+
 @dataclass
 class RunSummary:
     """What the end of a run reports; ``to_dict`` is the saved summary JSON."""
@@ -90,7 +127,9 @@ class RunSummary:
     stopped_early: bool = False
     """Fail-fast stopped dispatching after a failed rollout."""
     usage: UsageSummary | None = None
-    """Model tokens and calls; ``None`` when no rollout reported any."""
+    """The workflows' model tokens and calls; ``None`` when no rollout reported any."""
+    grader_usage: UsageSummary | None = None
+    """The graders' (a judge's), apart from the workflows'; ``None`` when none made any."""
 
     @property
     def mean_reward_graded(self) -> float | None:
@@ -151,6 +190,7 @@ class RunSummary:
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
             "usage": None if self.usage is None else self.usage.to_dict(),
+            "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
         }
 
 
@@ -173,11 +213,8 @@ class SummaryBuilder:
         self._reward_max: float | None = None
         self._passed = 0
         self._per_row: dict[int, list[int]] = {}
-        self._prompt_tokens = QuantileSketch()
-        self._completion_tokens = QuantileSketch()
-        self._total_tokens = QuantileSketch()
-        self._model_calls = 0
-        self._model_sec = 0.0
+        self._usage = UsageTally()
+        self._grader_usage = UsageTally()
 
     @property
     def finished(self) -> int:
@@ -196,14 +233,11 @@ class SummaryBuilder:
         seconds: float,
         row_index: int = 0,
         usage: LLMUsage | None = None,
+        grader_usage: LLMUsage | None = None,
     ) -> None:
         """Count one rollout. A reward counts only on a successful rollout."""
-        if usage is not None and usage.model_calls:
-            self._prompt_tokens.add(usage.prompt_tokens)
-            self._completion_tokens.add(usage.completion_tokens)
-            self._total_tokens.add(usage.prompt_tokens + usage.completion_tokens)
-            self._model_calls += usage.model_calls
-            self._model_sec += usage.model_sec
+        self._usage.add(usage)
+        self._grader_usage.add(grader_usage)
         self._status[status] += 1
         if category is not None:
             self._categories[category] += 1
@@ -236,20 +270,7 @@ class SummaryBuilder:
             float((record.get("timings") or {}).get("total_sec") or 0.0),
             int(record.get("row_index") or 0),
             LLMUsage.from_dict(record.get("usage")),
-        )
-
-    def _usage(self) -> UsageSummary | None:
-        if not self._prompt_tokens.count:
-            return None
-        return UsageSummary(
-            rollouts=self._prompt_tokens.count,
-            model_calls=self._model_calls,
-            prompt_tokens=int(self._prompt_tokens.total),
-            completion_tokens=int(self._completion_tokens.total),
-            model_sec=self._model_sec,
-            prompt_per_rollout=_spread(self._prompt_tokens),
-            completion_per_rollout=_spread(self._completion_tokens),
-            total_per_rollout=_spread(self._total_tokens),
+            LLMUsage.from_dict(record.get("grader_usage")),
         )
 
     def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
@@ -280,5 +301,6 @@ class SummaryBuilder:
             passed=self._passed,
             pass_at_k=pass_k,
             samples_per_row=self.samples_per_row,
-            usage=self._usage(),
+            usage=self._usage.summary(),
+            grader_usage=self._grader_usage.summary(),
         )

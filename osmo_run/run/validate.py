@@ -49,15 +49,18 @@ def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
                 result.problems.append(str(exc))
         except OsmoRunError as exc:
             result.problems.append(str(exc))
-    for check in (spec.build_workflow_config, spec.build_grader_config):
+    checks = (spec.build_workflow_config, lambda: spec.build_grader_config(harbor))
+    for check in checks:  # harbor: a grader's extra may be in the trial image only
         try:
             check()
         except OsmoRunError as exc:
             result.problems.append(str(exc))
-    if spec.llm is not None:
+    for section in (spec.llm, spec.judge):  # the judge's key is checked like the model's
+        if section is None:
+            continue
         try:
-            spec.llm.endpoint()
-            if spec.llm.embedded:
+            section.endpoint()
+            if section.embedded:
                 from osmo_run.llm.embedded import check_available
 
                 check_available()

@@ -41,7 +41,10 @@ class LLMEndpoint:
 @dataclass
 class RolloutContext:
     """Ambient state of one rollout: its id, the model endpoint, one sample source, and what
-    the rollout spent on its model (``usage``)."""
+    the rollout spent on its model (``usage``).
+
+    The grader phase runs in a context of its own: there ``llm`` is the judge endpoint and
+    ``usage`` what the grader spent (the row's ``grader_usage``)."""
 
     rollout_id: str
     llm: LLMEndpoint | None = None
@@ -119,9 +122,15 @@ class AgentWorkflowContext(_ArtifactsDirMixin):
         return None if ctx is None else ctx.llm
 
 
+GRADER_INFO_KEY = "grader"
+"""The key of the output row's ``info`` that holds the grader's explanation; the grader
+phase owns it (a regrade replaces it)."""
+
+
 @dataclass
 class GraderContext(_ArtifactsDirMixin):
-    """What ``Grader.grade`` receives; the grader reports through :meth:`set_reward`."""
+    """What ``Grader.grade`` receives; the grader reports through :meth:`set_reward` and
+    says why through :meth:`explain`."""
 
     label: Any
     sample: RolloutSample | None
@@ -130,12 +139,40 @@ class GraderContext(_ArtifactsDirMixin):
     rollout_id: str
     _artifacts_root: Path | None = field(default=None, repr=False)
     reward: float | None = None
+    explanation: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     def set_reward(self, value: float) -> None:
         """Record the reward; raises ``ValueError`` unless it is a finite number."""
         self.reward = validate_reward(value)
         if self.sample is not None:
             self.sample.reward = self.reward
+
+    @property
+    def judge(self) -> LLMEndpoint | None:
+        """The judge endpoint from the run spec's ``judge`` section, or ``None`` when the
+        spec names none. Inside ``grade``, ``chat_completion`` without an endpoint calls
+        it, and every model call the grader makes (counted through the rollout context)
+        is the row's ``grader_usage``, apart from the workflow's ``usage``."""
+        ctx = _current.get()
+        return None if ctx is None else ctx.llm
+
+    def explain(self, text: str, **details: Any) -> None:
+        """Say why the reward is what it is: what was compared with what.
+
+        Kept in the output row as ``info["grader"]`` = ``{"explanation": text, **details}``,
+        also when grading then fails, so whoever reads a failed or zero-reward row sees
+        why. A later call replaces the text and adds to the details. Detail values should
+        be JSON values (others are written with ``repr``).
+        """
+        self.explanation = str(text)
+        self.details.update(details)
+
+    def explained(self) -> dict[str, Any] | None:
+        """What :meth:`explain` recorded, as stored in ``info["grader"]``; ``None`` if nothing."""
+        if self.explanation is None and not self.details:
+            return None
+        return {"explanation": self.explanation, **self.details}
 
 
 def artifacts_root_from_env() -> Path | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from pathlib import Path
@@ -58,8 +59,16 @@ def load_object(path: str, field: str) -> object:
         except AttributeError:
             raise ImportPathError(
                 f"{field}: module {module_name!r} has no attribute {attr!r}"
+                + _did_you_mean(part, obj)
             ) from None
     return obj
+
+
+def _did_you_mean(name: str, owner: object) -> str:
+    """``"; did you mean 'X'?"`` for the public name of ``owner`` nearest to ``name``."""
+    names = getattr(owner, "__all__", None) or [n for n in dir(owner) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, [str(n) for n in names], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def resolve_class(source: object, base: type[Any], field: str) -> Any:

@@ -29,7 +29,8 @@ def _endpoint(endpoint: LLMEndpoint | None) -> LLMEndpoint:
     llm = get_rollout_context().llm
     if llm is None:
         raise ValueError(
-            "no model endpoint: add an 'llm' section (base_url, model) to the run spec"
+            "no model endpoint: add an 'llm' section (base_url, model) to the run spec "
+            "(for a grader's calls: a 'judge' section)"
         )
     return llm
 

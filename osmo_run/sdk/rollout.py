@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import (
+    GRADER_INFO_KEY,
     AgentWorkflowContext,
     GraderContext,
     LLMEndpoint,
@@ -252,16 +253,25 @@ async def run_grader_phase(
     grader: GraderSource,
     config: GraderConfig,
     artifacts_root: Path | None = None,
+    judge: LLMEndpoint | None = None,
 ) -> ExecutionResult:
     """Grade a successful workflow result under the grader deadline; never raises but for
     cancellation of the caller.
 
     Returns ``workflow_result`` updated in place: SUCCESS with the reward on its sample,
-    or FAILURE (phase ``grader``) that keeps the sample.
+    or FAILURE (phase ``grader``) that keeps the sample. What the grader explained
+    (``ctx.explain``) goes to ``info["grader"]`` either way. The grader runs in a rollout
+    context of its own whose endpoint is ``judge`` (``ctx.judge``) and whose usage, the
+    model calls the grader made, becomes ``grader_usage`` (apart from the workflow's).
     """
     started = time.monotonic()
     result = workflow_result
+    result.info.pop(GRADER_INFO_KEY, None)  # an earlier grading's (regrade) is not this one's
+    rollout = RolloutContext(rollout_id=request.id, llm=judge)
+    context = contextvars.copy_context()
+    context.run(_current.set, rollout)
     timeout_sec = request.grader_timeout_sec
+    ctx: GraderContext | None = None
     try:
         instance = make_grader(grader, config)
         ctx = GraderContext(
@@ -272,9 +282,7 @@ async def run_grader_phase(
             rollout_id=request.id,
             _artifacts_root=artifacts_root,
         )
-        returned = await _await_with_deadline(
-            instance.grade(ctx), timeout_sec, contextvars.copy_context()
-        )
+        returned = await _await_with_deadline(instance.grade(ctx), timeout_sec, context)
         elapsed = time.monotonic() - started
         if timeout_sec is not None and elapsed > timeout_sec:
             message = _late_message("grader", "grader_timeout_sec", timeout_sec, elapsed)
@@ -294,6 +302,11 @@ async def run_grader_phase(
         _fail_in_place(result, ErrorCategory.TIMEOUT, message)
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
+    explained = None if ctx is None else ctx.explained()
+    if explained is not None:  # kept on failure too: it says how far grading got
+        result.info[GRADER_INFO_KEY] = explained
+    # a copy: an abandoned grader may still be counting; None replaces an earlier grading's
+    result.grader_usage = dataclasses.replace(rollout.usage) if rollout.usage.model_calls else None
     result.timings.grader_sec = time.monotonic() - started
     return result
 

@@ -5,10 +5,10 @@
 
 Used by the Harbor backend inside trial environments, where only this SDK (stdlib only,
 Python >= 3.11) and the user's code are present. Results travel as files that Harbor
-collects, never through stdout. The model API key arrives in ``OSMO_RUN_LLM_API_KEY`` and
-is never written to a file. Every failure of the workflow or grader, import errors
-included, becomes a result file with a category; the exit code is 0 whenever a result was
-written.
+collects, never through stdout. The model API key arrives in ``OSMO_RUN_LLM_API_KEY``, the
+judge's in ``OSMO_RUN_JUDGE_API_KEY``; neither is ever written to a file. Every failure of
+the workflow or grader, import errors included, becomes a result file with a category; the
+exit code is 0 whenever a result was written.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from osmo_run.sdk.types import (
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 API_KEY_ENV = "OSMO_RUN_LLM_API_KEY"
+JUDGE_API_KEY_ENV = "OSMO_RUN_JUDGE_API_KEY"
 CODE_DIR_ENV = "OSMO_RUN_CODE_DIR"
 
 
@@ -59,13 +60,21 @@ def workflow_input(
             "concurrency": {"max_concurrent": config.concurrency.max_concurrent},
             "settings": config.settings,
         },
-        "llm": None if llm is None else {"base_url": base_url or llm.base_url, "model": llm.model},
+        "llm": _endpoint_input(llm, base_url),
     }
 
 
-def grader_input(request: ExecutionRequest, grader: str, config: GraderConfig) -> dict[str, Any]:
+def grader_input(
+    request: ExecutionRequest,
+    grader: str,
+    config: GraderConfig,
+    judge: LLMEndpoint | None = None,
+    judge_url: str | None = None,
+) -> dict[str, Any]:
     """The runner's input for a grader phase, without the workflow's result (added when
-    the workflow has finished, as ``workflow_result``)."""
+    the workflow has finished, as ``workflow_result``). ``judge`` is the judge endpoint
+    without its key (it travels in the environment); ``judge_url`` overrides its base URL
+    where the runner reaches it by another address."""
     return {
         "request": {
             "id": request.id,
@@ -76,7 +85,22 @@ def grader_input(request: ExecutionRequest, grader: str, config: GraderConfig) -
         },
         "grader": grader,
         "grader_config": {"settings": config.settings},
+        "judge": _endpoint_input(judge, judge_url),
     }
+
+
+def _endpoint_input(endpoint: LLMEndpoint | None, base_url: str | None) -> dict[str, Any] | None:
+    if endpoint is None:
+        return None
+    return {"base_url": base_url or endpoint.base_url, "model": endpoint.model}
+
+
+def _endpoint(data: dict[str, Any] | None, key_env: str) -> LLMEndpoint | None:
+    """The endpoint :func:`_endpoint_input` wrote, with its key from ``key_env``."""
+    if not data:
+        return None
+    key = os.environ.get(key_env) or None
+    return LLMEndpoint(base_url=data["base_url"], model=data["model"], api_key=key)
 
 
 def _request(data: dict[str, Any]) -> ExecutionRequest:
@@ -105,13 +129,7 @@ async def _run_workflow(spec: dict[str, Any]) -> ExecutionResult:
         config = AgentWorkflowConfig.from_dict(spec.get("workflow_config"))
     except Exception as exc:
         return _load_failure(request.id, Phase.SETUP, exc, "workflow")
-    llm = None
-    if spec.get("llm"):
-        llm = LLMEndpoint(
-            base_url=spec["llm"]["base_url"],
-            model=spec["llm"]["model"],
-            api_key=os.environ.get(API_KEY_ENV) or None,
-        )
+    llm = _endpoint(spec.get("llm"), API_KEY_ENV)
     return await run_workflow_phase(request, workflow, config, llm, artifacts_root_from_env())
 
 
@@ -123,8 +141,9 @@ async def _run_grader(spec: dict[str, Any]) -> ExecutionResult:
     except Exception as exc:
         return _load_failure(request.id, Phase.GRADER, exc, "grader")
     workflow_result = ExecutionResult.from_dict(spec["workflow_result"])
+    judge = _endpoint(spec.get("judge"), JUDGE_API_KEY_ENV)
     return await run_grader_phase(
-        request, workflow_result, grader, config, artifacts_root_from_env()
+        request, workflow_result, grader, config, artifacts_root_from_env(), judge
     )
 
 

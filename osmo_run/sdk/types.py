@@ -258,7 +258,8 @@ class ExecutionResult:
     :meth:`failure` or :meth:`from_exception`). ``grader_skipped`` says why a successful
     rollout was not graded. ``backend`` holds backend diagnostics (trial id, trial
     directory) that go to the output file. ``usage`` is what the workflow spent on its
-    model (``None`` when it made no model call that reported usage).
+    model (``None`` when it made no model call that reported usage); ``grader_usage`` what
+    the grader spent on its own (a judge model), counted apart.
     """
 
     rollout_id: str
@@ -272,6 +273,7 @@ class ExecutionResult:
     timings: Timings = field(default_factory=Timings)
     backend: dict[str, Any] = field(default_factory=dict)
     usage: LLMUsage | None = None
+    grader_usage: LLMUsage | None = None
 
     @classmethod
     def failure(
@@ -337,6 +339,7 @@ class ExecutionResult:
             "info": self.info,
             "backend": self.backend,
             "usage": None if self.usage is None else self.usage.to_dict(),
+            "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
         }
 
     @classmethod
@@ -364,4 +367,5 @@ class ExecutionResult:
             timings=Timings.from_dict(data.get("timings")),
             backend=dict(data.get("backend") or {}),
             usage=LLMUsage.from_dict(data.get("usage")),
+            grader_usage=LLMUsage.from_dict(data.get("grader_usage")),
         )

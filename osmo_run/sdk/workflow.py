@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import AgentWorkflowContext, GraderContext
@@ -35,6 +36,15 @@ class Grader(ABC):
 
     def __init__(self, config: GraderConfig | None = None) -> None:
         self.config = config if config is not None else GraderConfig()
+
+    @classmethod  # noqa: B027 -- an optional hook: most graders accept any settings
+    def validate_settings(cls, settings: dict[str, Any]) -> None:
+        """Raise ``ValueError`` or ``TypeError`` naming the field when ``settings`` (the
+        spec's ``grader_config.settings``) are invalid; the default accepts anything.
+
+        osmo-run calls it once before any row runs, so bad settings stop the run with one
+        error (exit 2) instead of failing every row.
+        """
 
     @abstractmethod
     async def grade(self, ctx: GraderContext) -> float | None: ...

@@ -39,5 +39,10 @@ def test_bundled_example_fails_some_rows_on_purpose(cli: CLI, tmp_path: Path) ->
     assert Counter(line["status"] for line in lines) == {"success": 28, "failure": 7}
     by_id = {line["row_id"]: line for line in lines}
     assert by_id["calc-01"]["reward"] == 1.0
+    # the built-in grader says why a row got 0: calc-16's label is wrong on purpose
+    assert by_id["calc-16"]["reward"] == 0.0
+    assert by_id["calc-16"]["info"]["grader"]["explanation"].startswith(
+        "last number of the answer, 151, does not match label 152"
+    )
     assert by_id["bad-label-1"]["error_phase"] == "grader"
     assert by_id["slow-1"]["error_category"] == "timeout"

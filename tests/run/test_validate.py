@@ -173,7 +173,7 @@ def test_cli_clean_spec_and_dataset_exit_0(cli: CLI) -> None:
     lines = proc.stdout.splitlines()
     assert lines[-1] == "no problems found"
     assert "ok: workflow examples.calculator:CalculatorWorkflow" in lines
-    assert "ok: grader examples.calculator:ExactMatchGrader" in lines
+    assert "ok: grader osmo_run.graders:NumericMatch" in lines
     assert any(line.endswith("example.jsonl: 35 rows, 0 bad") for line in lines)
 
 

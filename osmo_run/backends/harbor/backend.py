@@ -124,6 +124,8 @@ class HarborBackend(ExecutionBackend):
         tasks_root: Path | None = None,
         llm: LLMEndpoint | None = None,
         llm_api_key_env: str | None = None,
+        judge: LLMEndpoint | None = None,
+        judge_api_key_env: str | None = None,
         run_id: str | None = None,
     ) -> None:
         if workflow is None:
@@ -152,6 +154,8 @@ class HarborBackend(ExecutionBackend):
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
         self._llm = llm
         self._llm_api_key_env = llm_api_key_env
+        self._judge = judge
+        self._judge_api_key_env = judge_api_key_env
         self._queue = orchestrator or TrialQueue(
             n_concurrent=self._workflow_config.concurrency.max_concurrent
         )
@@ -164,7 +168,7 @@ class HarborBackend(ExecutionBackend):
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
-        self._relay: LoopbackRelay | None = None
+        self._relays: list[LoopbackRelay] = []
         for event in TrialEvent:
             self._queue.add_hook(event, self._on_event)
 
@@ -198,7 +202,7 @@ class HarborBackend(ExecutionBackend):
             if self._setup is not None:
                 return
             await check_environment(self._environment)
-            llm_url, self._relay = await reach_from_trials(self._llm, self._is_docker)
+            llm_url, judge_url = await self._reach_endpoints()
             if self._task_dir is not None:
                 problems = check_task_dir(self._task_dir)
                 if problems:
@@ -219,6 +223,9 @@ class HarborBackend(ExecutionBackend):
                 llm=self._llm,
                 llm_url=llm_url,
                 llm_api_key_env=self._llm_api_key_env,
+                judge=self._judge,
+                judge_url=judge_url,
+                judge_api_key_env=self._judge_api_key_env,
                 compose_overlay=await self._label_containers(staging),
             )
             if self._prebuild and self._task_dir is not None:
@@ -228,6 +235,18 @@ class HarborBackend(ExecutionBackend):
                     raise EnvironmentNotReady(
                         f"--task-dir {self._task_dir}: building the trial image failed: {exc}"
                     ) from None
+
+    async def _reach_endpoints(self) -> tuple[str | None, str | None]:
+        """The model's and the judge's base URLs as trial containers reach them, relaying
+        a loopback one (once when both are the same server)."""
+        llm_url, relay = await reach_from_trials(self._llm, self._is_docker)
+        self._relays += [relay] if relay is not None else []
+        judge = self._judge
+        if judge is not None and self._llm is not None and judge.base_url == self._llm.base_url:
+            return llm_url, llm_url
+        judge_url, relay = await reach_from_trials(judge, self._is_docker, "judge")
+        self._relays += [relay] if relay is not None else []
+        return llm_url, judge_url
 
     async def _label_containers(self, staging: Path) -> Path | None:
         """The compose overlay labelling this run's Docker containers, after removing what
@@ -254,8 +273,8 @@ class HarborBackend(ExecutionBackend):
                     f"{self._trials_dir.parent}`",
                     file=sys.stderr,
                 )
-        if self._relay is not None:
-            await self._relay.close()
+        for relay in self._relays:
+            await relay.close()
         if self._setup is not None:
             shutil.rmtree(self._setup.staging, ignore_errors=True)
 

@@ -5,7 +5,8 @@ Both run on the host inside Harbor's trial loop and drive the sandbox runner
 results come back as files Harbor downloads into the trial directory
 (``agent/osmo_result.json``, ``verifier/osmo_grader_result.json``), never through stdout.
 The model API key reaches the runner through Harbor's agent ``env`` (a ``${VAR}``
-template, redacted in Harbor's records), never through a file or a kwarg.
+template, redacted in Harbor's records), the judge's through the verifier's ``env``
+(likewise), never through a file or a kwarg.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from harbor.agents.base import BaseAgent
 from harbor.environments.base import BaseEnvironment
 from harbor.models.agent.context import AgentContext
 from harbor.models.verifier.result import VerifierResult
+from harbor.utils.env import resolve_env_vars
 from harbor.verifier.base import BaseVerifier
 
 import osmo_run
@@ -212,7 +214,9 @@ class OsmoRunVerifier(BaseVerifier):
         )
         command += f"; code=$?; tail -c 2000 {remote}/osmo_runner.log; exit $code"
         started = time.monotonic()
-        result = await self.environment.exec(command, env=_runner_env())
+        # the judge's key: VerifierConfig.env holds its ${VAR} template, resolved here
+        env = {**_runner_env(), **resolve_env_vars(self.override_env)}
+        result = await self.environment.exec(command, env=env)
         elapsed = time.monotonic() - started
         await self.environment.download_dir(
             source_dir=remote, target_dir=self.trial_paths.verifier_dir

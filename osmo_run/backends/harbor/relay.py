@@ -94,11 +94,12 @@ def is_loopback(url: str) -> bool:
 
 
 async def reach_from_trials(
-    llm: LLMEndpoint | None, local_docker: bool
+    llm: LLMEndpoint | None, local_docker: bool, section: str = "llm"
 ) -> tuple[str | None, LoopbackRelay | None]:
     """The model endpoint's base URL as trial containers reach it, and the relay started to
     make a loopback endpoint reachable from Docker containers (``None`` when none is needed;
-    the caller closes it when the run ends).
+    the caller closes it when the run ends). ``section`` names the spec section of the
+    endpoint in errors (``llm``, ``judge``).
 
     Raises :class:`EnvironmentNotReady` for a loopback endpoint with a remote environment
     (its sandboxes cannot reach this machine's loopback) or when the relay cannot listen.
@@ -107,9 +108,9 @@ async def reach_from_trials(
         return (None if llm is None else llm.base_url), None
     if not local_docker:
         raise EnvironmentNotReady(
-            f"llm.base_url {llm.base_url} is a loopback address, which a remote "
+            f"{section}.base_url {llm.base_url} is a loopback address, which a remote "
             "sandbox cannot reach; serve the model on a public address and set "
-            "llm.base_url to it"
+            f"{section}.base_url to it"
         )
     gateway = await docker_ops.bridge_gateway()
     relay = LoopbackRelay(*url_target(llm.base_url))
@@ -117,8 +118,8 @@ async def reach_from_trials(
         port = await relay.start(gateway)
     except OSError as exc:
         raise EnvironmentNotReady(
-            f"llm.base_url {llm.base_url} is a loopback address and relaying it "
+            f"{section}.base_url {llm.base_url} is a loopback address and relaying it "
             f"into containers on {gateway} failed ({exc}); serve the model on an "
-            "address containers reach and set llm.base_url to it"
+            f"address containers reach and set {section}.base_url to it"
         ) from None
     return rewrite_url(llm.base_url, gateway, port), relay

@@ -1,8 +1,8 @@
 """What a trial environment needs from the host: the osmo-run SDK and the user's code.
 
-Both are staged once per run into a directory (the SDK alone, not the CLI or backends;
-the user's code without virtual environments, caches and VCS data) and then uploaded to
-each trial, or baked into the prebuilt image.
+Both are staged once per run into a directory (the SDK and the built-in graders, both
+stdlib-only, not the CLI or backends; the user's code without virtual environments,
+caches and VCS data) and then uploaded to each trial, or baked into the prebuilt image.
 """
 
 from __future__ import annotations
@@ -59,14 +59,21 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
     }
 
 
+RUNTIME_PACKAGES = ("sdk", "graders")
+"""The stdlib-only subpackages trials import: the SDK, and the built-in graders (whose
+optional libraries, math-verify and jsonschema, must come with the trial's image)."""
+
+
 def stage_runtime(dest: Path) -> Path:
-    """Copy the SDK (``osmo_run/__init__.py``, ``errors.py``, ``sdk/``) under ``dest``."""
+    """Copy the SDK and the built-in graders (``osmo_run/__init__.py``, ``errors.py``,
+    :data:`RUNTIME_PACKAGES`) under ``dest``."""
     package = Path(osmo_run.__file__).parent
     target = dest / "osmo_run"
     target.mkdir(parents=True, exist_ok=True)
     for name in ("__init__.py", "errors.py"):
         shutil.copy2(package / name, target / name)
-    shutil.copytree(package / "sdk", target / "sdk", ignore=_ignore, dirs_exist_ok=True)
+    for name in RUNTIME_PACKAGES:
+        shutil.copytree(package / name, target / name, ignore=_ignore, dirs_exist_ok=True)
     return dest
 
 

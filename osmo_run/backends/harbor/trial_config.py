@@ -24,7 +24,7 @@ from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_MARGIN_SEC, with_margin
 from osmo_run.sdk.rollout import grader_skip_reason
-from osmo_run.sdk.sandbox import API_KEY_ENV, grader_input, workflow_input
+from osmo_run.sdk.sandbox import API_KEY_ENV, JUDGE_API_KEY_ENV, grader_input, workflow_input
 from osmo_run.sdk.types import ExecutionRequest
 
 OSMO_GRADES = "osmo"
@@ -39,7 +39,8 @@ class TrialSetup:
 
     ``staging`` holds ``runtime/`` and ``code/`` (uploaded when no image is prebuilt) and
     ``inputs/<trial>/`` (each trial's input files). ``llm_url`` is the endpoint's base URL
-    as containers reach it. ``compose_overlay`` adds the run's labels (Docker only).
+    as containers reach it, ``judge_url`` the judge's (the grader's endpoint).
+    ``compose_overlay`` adds the run's labels (Docker only).
     """
 
     workflow_path: str
@@ -52,6 +53,9 @@ class TrialSetup:
     llm: LLMEndpoint | None = None
     llm_url: str | None = None
     llm_api_key_env: str | None = None
+    judge: LLMEndpoint | None = None
+    judge_url: str | None = None
+    judge_api_key_env: str | None = None
     compose_overlay: Path | None = None
 
     def inputs_dir(self, trial_name: str) -> Path:
@@ -131,14 +135,17 @@ def _verifier_config(
     if skip is not None:
         return VerifierConfig(disable=True), skip
     grader_file = inputs / "grader.json"
-    grader_file.write_text(
-        json.dumps(grader_input(request, setup.grader_path, setup.grader_config)),
-        encoding="utf-8",
+    spec = grader_input(
+        request, setup.grader_path, setup.grader_config, setup.judge, setup.judge_url
     )
+    grader_file.write_text(json.dumps(spec), encoding="utf-8")
     timeout = request.grader_timeout_sec
+    key_env = setup.judge_api_key_env
     verifier = VerifierConfig(
         import_path=VERIFIER_IMPORT_PATH,
         kwargs={"input_path": str(grader_file), "grader_timeout_sec": timeout},
         override_timeout_sec=with_margin(timeout, HARBOR_MARGIN_SEC),
+        # like the agent's key: a ${VAR} template, filled in by the verifier plugin
+        env={JUDGE_API_KEY_ENV: "${" + key_env + "}"} if key_env else {},
     )
     return verifier, OSMO_GRADES
