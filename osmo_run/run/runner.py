@@ -146,6 +146,7 @@ class Runner:
             record = record_dict(
                 row.row_id, row.index, row.line, result, item.sample_index, attempt, attempts
             )
+            record = self._writer.mask_record(record)
             return record, record_line(record)
 
         try:
@@ -211,6 +212,8 @@ class Runner:
                 ):
                     break
                 delay = self._retry.delay_sec(attempt)
+                if result.error_message:  # shown by the display before it is recorded
+                    result.error_message = self._writer.mask(result.error_message)
                 attempts.append(attempt_dict(attempt, result))
                 attempt += 1
                 self._display.row_retrying(
