@@ -304,10 +304,22 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def _confidence_interval(estimate: MeanEstimate | None) -> str:
+def _interval(estimate: MeanEstimate | None) -> str:
+    """``95% CI low–high, method``; why there is none when every value was the same;
+    else empty."""
     if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
+        if estimate is not None and estimate.stderr == 0.0 and estimate.n > 1:
+            return "no 95% CI: every value is the same"
         return ""
-    return f" ±{_fmt(estimate.stderr, 2)} (95% CI {_fmt(estimate.ci_low)}–{_fmt(estimate.ci_high)})"
+    method = "" if estimate.method is None else f", {estimate.method}"
+    return f"95% CI {_fmt(estimate.ci_low)}–{_fmt(estimate.ci_high)}{method}"
+
+
+def _confidence_interval(estimate: MeanEstimate | None) -> str:
+    """`` ±SE (95% CI low–high, method)``, or as much of it as there is."""
+    interval = _interval(estimate)
+    stderr = "" if estimate is None or not estimate.stderr else f" ±{_fmt(estimate.stderr, 2)}"
+    return stderr + (f" ({interval})" if interval else "")
 
 
 def _duration(seconds: float | None) -> str:
@@ -365,6 +377,9 @@ def render_summary(summary: RunSummary) -> RenderableType:
         passes += f" ({rate:.0%})"
     if summary.samples_per_row > 1:
         passes += " · " + " · ".join(f"pass@{k} {_fmt(v)}" for k, v in summary.pass_at_k.items())
+    pass_interval = _interval(summary.pass_estimate)
+    if pass_interval:
+        passes += f"\npass rate {pass_interval}"
     table.add_row("passed", passes)
     table.add_row(
         "duration",

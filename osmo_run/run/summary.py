@@ -92,6 +92,8 @@ class RunSummary:
     all_estimate: MeanEstimate | None = None
     pass_threshold: float = 1.0
     passed: int = 0
+    pass_estimate: MeanEstimate | None = None
+    """The pass rate with its Wilson interval (clustered by row with several samples)."""
     pass_at_k: dict[int, float | None] = field(default_factory=dict)
     samples_per_row: int = 1
     stopped_early: bool = False
@@ -126,6 +128,7 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         graded = self.graded_estimate or estimate_mean(0, 0.0, 0.0)
         everything = self.all_estimate or estimate_mean(0, 0.0, 0.0)
+        pass_rate = self.pass_estimate or estimate_mean(0, 0.0, 0.0)
         return {
             "schema_version": 1,
             "total": self.total,
@@ -146,6 +149,8 @@ class RunSummary:
                 "threshold": self.pass_threshold,
                 "passed": self.passed,
                 "rate": self.pass_rate,
+                "ci95": pass_rate.to_dict()["ci95"],
+                "ci_method": pass_rate.method,
                 "pass_at_k": {str(k): v for k, v in self.pass_at_k.items()},
             },
             "samples_per_row": self.samples_per_row,
@@ -161,10 +166,15 @@ class RunSummary:
         }
 
 
+_ROLLOUTS, _PASSED, _GRADED, _REWARD_SUM = range(4)
+"""The fields of a row's entry in ``SummaryBuilder._per_row``."""
+
+
 class SummaryBuilder:
     """Accumulates finished rollouts. Memory: one float per rollout (its duration), two per
-    rollout that called a model (its prompt and completion tokens), plus a pass count per
-    row when ``samples_per_row > 1`` (for pass@k)."""
+    rollout that called a model (its prompt and completion tokens), plus four numbers per
+    row when ``samples_per_row > 1`` (rollouts, passes, graded and reward sum: pass@k and
+    the standard errors clustered by row)."""
 
     def __init__(self, pass_threshold: float = 1.0, samples_per_row: int = 1) -> None:
         self.pass_threshold = pass_threshold
@@ -179,7 +189,10 @@ class SummaryBuilder:
         self._reward_min: float | None = None
         self._reward_max: float | None = None
         self._passed = 0
-        self._per_row: dict[int, list[int]] = {}
+        self._binary = True
+        """Every reward so far is 0 or 1 (the mean is a proportion: Wilson intervals)."""
+        self._per_row: dict[int, list[float]] = {}
+        """Per row (samples_per_row > 1): [rollouts, passed, graded, reward sum]."""
         self._prompt_tokens: array[float] = array("d")
         self._completion_tokens: array[float] = array("d")
         self._model_calls = 0
@@ -220,6 +233,7 @@ class SummaryBuilder:
             self._graded += 1
             self._reward_sum += reward
             self._reward_sq += reward * reward
+            self._binary = self._binary and reward in (0.0, 1.0)
             if self._reward_min is None or reward < self._reward_min:
                 self._reward_min = reward
             if self._reward_max is None or reward > self._reward_max:
@@ -227,9 +241,12 @@ class SummaryBuilder:
             passed = reward >= self.pass_threshold
             self._passed += passed
         if self.samples_per_row > 1:
-            counts = self._per_row.setdefault(row_index, [0, 0])
-            counts[0] += 1
-            counts[1] += passed
+            counts = self._per_row.setdefault(row_index, [0, 0, 0, 0.0])
+            counts[_ROLLOUTS] += 1
+            counts[_PASSED] += passed
+            if reward is not None and status == "success":
+                counts[_GRADED] += 1
+                counts[_REWARD_SUM] += reward
 
     def add_record(self, record: dict[str, Any]) -> None:
         """Count one output-file record (see :mod:`osmo_run.run.records`)."""
@@ -259,11 +276,39 @@ class SummaryBuilder:
             total_per_rollout=_spread(totals),
         )
 
+    def _clusters(self, count_at: int, sum_at: int) -> list[tuple[float, float]] | None:
+        """``(count, sum)`` per row for a standard error clustered by row, from the
+        per-row fields at ``count_at`` and ``sum_at``; ``None`` with one sample per row."""
+        if self.samples_per_row == 1:
+            return None
+        return [(row[count_at], row[sum_at]) for row in self._per_row.values() if row[count_at]]
+
+    def _reward_estimate(self, graded_only: bool) -> MeanEstimate:
+        """The mean reward over graded rollouts, or over all with the others as 0; its
+        interval is clipped to the values observed (0 included when some are ungraded)."""
+        n = self._graded if graded_only else self.finished
+        low, high = self._reward_min, self._reward_max
+        if not graded_only and n > self._graded:
+            low, high = min(low or 0.0, 0.0), max(high or 0.0, 0.0)
+        return estimate_mean(
+            n,
+            self._reward_sum,
+            self._reward_sq,
+            low=low,
+            high=high,
+            binary=self._binary,
+            clusters=self._clusters(_GRADED if graded_only else _ROLLOUTS, _REWARD_SUM),
+        )
+
+    def _pass_estimate(self, total: int) -> MeanEstimate:
+        clusters = self._clusters(_ROLLOUTS, _PASSED)
+        return estimate_mean(total, self._passed, self._passed, binary=True, clusters=clusters)
+
     def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
         durations = sorted(self._durations)
         total = len(durations)
         if self.samples_per_row > 1:
-            rows = [(n, c) for n, c in self._per_row.values()]
+            rows = [(int(n), int(c)) for n, c, _, _ in self._per_row.values()]
             pass_k = {k: mean_pass_at_k(rows, k) for k in pass_at_k_ks(self.samples_per_row)}
         else:
             pass_k = {1: self._passed / total if total else None}
@@ -281,10 +326,11 @@ class SummaryBuilder:
             grader_skipped=dict(self._skipped.most_common()),
             output=output,
             interrupted=interrupted,
-            graded_estimate=estimate_mean(self._graded, self._reward_sum, self._reward_sq),
-            all_estimate=estimate_mean(total, self._reward_sum, self._reward_sq),
+            graded_estimate=self._reward_estimate(graded_only=True),
+            all_estimate=self._reward_estimate(graded_only=False),
             pass_threshold=self.pass_threshold,
             passed=self._passed,
+            pass_estimate=self._pass_estimate(total),
             pass_at_k=pass_k,
             samples_per_row=self.samples_per_row,
             usage=self._usage(),
