@@ -78,6 +78,17 @@ def _below(measured: float, minimum: float) -> bool:
     return measured < minimum and not math.isclose(measured, minimum, rel_tol=_TOLERANCE)
 
 
+def check_threshold(
+    flag: str, value: float | None, expected: str, bounds: tuple[float, float] | None = None
+) -> None:
+    """Raise :class:`InputError` unless ``value`` is ``None`` or a finite number within
+    ``bounds``: NaN compares false with everything, so a NaN gate could never fail."""
+    if value is None:
+        return
+    if not math.isfinite(value) or (bounds is not None and not bounds[0] <= value <= bounds[1]):
+        raise InputError(f"{flag}: {value:g} must be {expected}")
+
+
 def parse_budget(value: str, rate: bool) -> ErrorBudget:
     """``"5"`` or ``"timeout=5"`` (``"0.1"``/``"timeout=0.1"`` for a rate).
 

@@ -88,8 +88,12 @@ class LLMSpec(_Strict):
 class TimeoutsSpec(_Strict):
     """Deadlines per row, in seconds; ``null`` means none."""
 
-    agent_sec: float | None = Field(default=600.0, gt=0, description="Workflow deadline")
-    grader_sec: float | None = Field(default=120.0, gt=0, description="Grader deadline")
+    agent_sec: float | None = Field(
+        default=600.0, gt=0, allow_inf_nan=False, description="Workflow deadline"
+    )
+    grader_sec: float | None = Field(
+        default=120.0, gt=0, allow_inf_nan=False, description="Grader deadline"
+    )
 
 
 class RetrySpec(_Strict):
@@ -187,7 +191,9 @@ class RunSpec(_Strict):
     )
     samples_per_row: int = Field(default=1, ge=1, description="Rollouts per row (for pass@k)")
     pass_threshold: float = Field(
-        default=1.0, description="A rollout passes when its reward is at least this"
+        default=1.0,
+        allow_inf_nan=False,
+        description="A rollout passes when its reward is at least this",
     )
     retries: RetrySpec = Field(default_factory=RetrySpec)
     isolation: Literal["none", "process"] = Field(

@@ -149,6 +149,15 @@ def test_all_rollouts_succeeding_exits_0_whatever_their_rewards(
         (("--max-errors", "timeouts=1"), "--max-errors: 'timeouts' is not an error category"),
         (("--max-error-rate", "bogus=0.1"), "--max-error-rate: 'bogus' is not an error categ"),
         (("--fail-under", "high"), "Invalid value for '--fail-under'"),
+        # a gate that can never fail, or never pass, is refused with its range
+        (("--fail-under", "nan"), "--fail-under: nan must be a finite mean reward"),
+        (("--fail-under", "inf"), "--fail-under: inf must be a finite mean reward"),
+        (("--min-pass-rate", "nan"), "--min-pass-rate: nan must be a fraction from 0 to 1"),
+        (("--min-pass-rate", "2"), "--min-pass-rate: 2 must be a fraction from 0 to 1"),
+        (("--min-pass-rate", "-0.5"), "--min-pass-rate: -0.5 must be a fraction from 0 to 1"),
+        (("--spec", "nan-spec.yaml"), "field 'pass_threshold': Input should be a finite number"),
+        (("--agent-timeout", "inf"), "field 'timeouts.agent_sec': Input should be a finite numb"),
+        (("--agent-timeout", "nan"), "field 'timeouts.agent_sec': Input should be a finite numb"),
     ],
 )
 def test_invalid_input_exits_2_before_anything_runs(
@@ -156,6 +165,9 @@ def test_invalid_input_exits_2_before_anything_runs(
 ) -> None:
     (tmp_path / "bad-spec.yaml").write_text(
         "workflow: tests.workflows:ScriptedWorkflow\nconcurancy: 2\n", encoding="utf-8"
+    )
+    (tmp_path / "nan-spec.yaml").write_text(
+        "workflow: tests.workflows:ScriptedWorkflow\npass_threshold: .nan\n", encoding="utf-8"
     )
     proc = _gated(cli, write_jsonl, tmp_path, "--json", *args)
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stdout + proc.stderr
