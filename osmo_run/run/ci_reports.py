@@ -103,7 +103,12 @@ def markdown_summary(
     verdict = "❌ failed" if failures else "✅ passed"
     lines = [f"## osmo-run: {title} — {verdict}", ""]
     lines += [f"- {failure.line()}" for failure in failures]
-    if failures:
+    if summary.not_run:
+        lines.append(
+            f"- {summary.not_run} rollouts not run (fail-fast stopped the run); the gates "
+            "count them as failures"
+        )
+    if failures or summary.not_run:
         lines.append("")
 
     def fmt(value: float | None) -> str:

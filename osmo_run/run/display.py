@@ -404,6 +404,9 @@ def render_summary(summary: RunSummary) -> RenderableType:
     if summary.output:
         table.add_row("output", summary.output)
     if summary.stopped_early:
-        table.add_row("fail-fast", "stopped starting rows after the first failed rollout")
+        stopped = "stopped starting rows after the first failed rollout"
+        if summary.not_run:
+            stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
+        table.add_row("fail-fast", stopped)
     title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
     return Group(Text(title, style="bold underline"), table)

@@ -52,6 +52,8 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         if settings.json_summary:
             started.enter_context(contextlib.redirect_stdout(sys.stderr))
         summary = _run_rows(plan, state, backend, display)
+    if summary.stopped_early:  # what fail-fast left unstarted counts against the gates
+        summary.not_run = max(state.kept + state.to_run(plan.rollouts) - summary.total, 0)
     title = settings.description + plan.model_note
     return finish_run(plan, summary, console, title)
 

@@ -98,6 +98,9 @@ class RunSummary:
     samples_per_row: int = 1
     stopped_early: bool = False
     """Fail-fast stopped dispatching after a failed rollout."""
+    not_run: int = 0
+    """Rollouts of the run that fail-fast left unstarted; the gates count them as failed
+    (``total`` counts only the recorded ones)."""
     usage: UsageSummary | None = None
     """Model tokens and calls; ``None`` when no rollout reported any."""
 
@@ -162,6 +165,7 @@ class RunSummary:
             "output": self.output,
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
+            "not_run": self.not_run,
             "usage": None if self.usage is None else self.usage.to_dict(),
         }
 

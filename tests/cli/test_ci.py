@@ -485,7 +485,9 @@ def test_fail_fast_starts_no_row_after_the_first_failure(
     assert "fail-fast: a rollout failed; no further rows are started" in proc.stdout
 
 
-def test_smoke_is_fail_fast(cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path) -> None:
+def test_smoke_is_fail_fast_and_the_rows_it_did_not_run_count_as_failures(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
     rows: list[Row] = [
         {"id": f"r{i:02d}", "prompt": "hi", "metadata": {"raise": "ZeroDivisionError"}}
         for i in range(20)
@@ -493,10 +495,43 @@ def test_smoke_is_fail_fast(cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path) -
     output = tmp_path / "out" / "results.jsonl"
     args = ("--smoke", "--smoke-rows", "10", "-c", "1", "-o", output, "--max-errors", "5")
     proc = cli.local(write_jsonl(rows), *SCRIPTED, *args)
-    assert proc.returncode == ExitCode.OK, proc.stdout  # one error, within the budget
+    # one error and nine rows never run: ten failures of ten, over the budget of five
+    assert proc.returncode == ExitCode.ERROR_BUDGET_EXCEEDED, proc.stdout
+    assert "gate failed: --max-errors measured 10, above the maximum 5" in proc.stdout
     assert len(read_jsonl(output)) == 1
     summary = json.loads((output.parent / "results.summary.json").read_text())
-    assert summary["stopped_early"] is True
+    assert (summary["stopped_early"], summary["not_run"]) == (True, 9)
+
+
+@pytest.mark.parametrize(
+    ("gate", "line"),
+    [
+        (("--fail-under", "0.5"), f"{FAIL_UNDER} 0.25, below the minimum 0.5"),
+        (("--min-pass-rate", "0.5"), "gate failed: --min-pass-rate measured 0.25, below the mi"),
+        (("--max-error-rate", "0.5"), "gate failed: --max-error-rate measured 0.75, above the m"),
+    ],
+)
+def test_a_run_fail_fast_stopped_cannot_pass_a_gate_on_the_rows_it_happened_to_run(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, gate: tuple[str, str], line: str
+) -> None:
+    """Five rows pass, the sixth fails, fourteen never run: over the six that ran the mean
+    was 0.83 and the step passed; over the twenty it was asked to judge, it is 0.25."""
+    rows: list[Row] = [
+        {"id": f"r{i:02d}", "prompt": "hi", "label": "x", "metadata": {"reward": 1.0}}
+        for i in range(5)
+    ]
+    rows.append({"id": "r05", "prompt": "hi", "label": "x", "metadata": {"raise": "ValueError"}})
+    rows += [
+        {"id": f"r{i:02d}", "prompt": "hi", "label": "x", "metadata": {"reward": 1.0}}
+        for i in range(6, 20)
+    ]
+    report = tmp_path / "summary.md"
+    args = ("-c", "1", "--fail-fast", "--summary-md", report, *gate)
+    proc = _gated(cli, write_jsonl, tmp_path, *args, rows=rows)
+    assert proc.returncode != ExitCode.OK, proc.stdout
+    assert line in proc.stdout
+    assert "14 rollouts not run, counted as failures by the gates" in proc.stdout
+    assert "- 14 rollouts not run (fail-fast stopped the run)" in report.read_text()
 
 
 def test_without_fail_fast_every_row_runs(
