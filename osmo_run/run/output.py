@@ -12,6 +12,29 @@ from typing import Any
 from osmo_run.errors import OutputError
 
 
+def check_writable(path: Path, what: str) -> None:
+    """Raise :class:`OutputError` (one line naming ``what`` and ``path``) unless a file can
+    be written at ``path``: it is not a directory, and its nearest existing ancestor is a
+    directory this process may create entries in. Creates nothing; called before a run
+    starts so that a report path cannot fail after the rows ran."""
+    if path.is_dir():
+        raise OutputError(f"{what} {path}: is a directory; give a file path")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise OutputError(f"{what} {path}: not writable")
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(
+            f"{what} {path}: {ancestor} is a file, not a directory; give a path in a "
+            "directory that can be created"
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {path}: cannot create files in {ancestor}")
+
+
 _NOT_MASKED = frozenset(
     {
         "schema_version",

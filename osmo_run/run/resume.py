@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from osmo_run.errors import InputError, OutputError
 from osmo_run.run.manifest import Manifest, read_manifest
+from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
 from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
 from osmo_run.run.summary import SummaryBuilder
@@ -70,6 +71,7 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
         raise OutputError(
             f"{paths.results}: --output names a directory; give a file path like x.jsonl"
         )
+    check_writable(paths.results, "--output")
     has_results = paths.results.exists() and paths.results.stat().st_size > 0
     continuing = settings.resume or settings.retry_errors is not None
     if settings.overwrite:

@@ -18,7 +18,7 @@ from rich.console import Console
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode
 from osmo_run.run.display import Display, make_display
-from osmo_run.run.finish import exit_code_for, finish_run, write_summary
+from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
 from osmo_run.run.interrupts import interrupts_handled
 from osmo_run.run.manifest import write_manifest
 from osmo_run.run.output import OutputWriter
@@ -41,6 +41,7 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
+    check_report_paths(plan)  # before any file changes: a report must not fail at the end
     state = prepare_run_dir(plan)
     if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)
         console = Console(file=console.file, highlight=False, color_system=None)

@@ -22,7 +22,16 @@ from typer.testing import CliRunner
 
 from osmo_run.errors import ExitCode
 from osmo_run.run.settings import RunSettings
-from tests.conftest import CLI, OSMO_RUN, REPO, Row, cli_env, jsonl_bytes, read_jsonl
+from tests.conftest import (
+    CLI,
+    OSMO_RUN,
+    REPO,
+    Row,
+    cli_env,
+    error_lines,
+    jsonl_bytes,
+    read_jsonl,
+)
 
 WriteJsonl = Callable[..., Path]
 SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
@@ -293,6 +302,50 @@ def test_run_appends_markdown_to_the_step_summary(reported_run: dict[str, Any]) 
     failed = [line for line in lines if line.startswith("| late |")]
     assert len(failed) == 1 and "| timeout | workflow |" in failed[0]
     assert appended == reported_run["md"].read_text(encoding="utf-8")  # --summary-md: same
+
+
+@pytest.mark.parametrize("where", ["--junit-xml", "--summary-md", "GITHUB_STEP_SUMMARY", "-o"])
+def test_an_unwritable_report_path_is_refused_before_any_row_runs(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, where: str
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    blocker = tmp_path / "FILE"  # a regular file where a directory would have to be
+    blocker.write_text("", encoding="utf-8")
+    target = blocker / "report.out"
+    output = target if where == "-o" else tmp_path / "out" / "results.jsonl"
+    flags = [] if where in ("-o", "GITHUB_STEP_SUMMARY") else [where, str(target)]
+    env = cli_env(GITHUB_STEP_SUMMARY=str(target)) if where == "GITHUB_STEP_SUMMARY" else None
+    data = write_jsonl([{"id": "r", "prompt": "hi", "metadata": {"calls": str(calls)}}])
+    workflow = ("--workflow", "tests.workflows:CountingWorkflow")
+    proc = cli.local(data, *workflow, "-o", output, *flags, env=env)
+    assert proc.returncode == ExitCode.INVALID_INPUT, proc.stdout + proc.stderr
+    name = "--output" if where == "-o" else where
+    assert error_lines(proc.stderr) == [
+        f"error: {name} {target}: {blocker} is a file, not a directory; give a path in a "
+        "directory that can be created"
+    ]
+    assert list(calls.iterdir()) == []  # no row ran
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_that_cannot_be_written_at_the_end_keeps_the_runs_verdict(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """The JUnit path was writable when the run started; a workflow then made a directory
+    of it. The run's verdict (passed: exit 0) stands, with one error line for the report."""
+    junit = tmp_path / "reports" / "junit.xml"
+    data = write_jsonl([{"id": "r", "prompt": "hi", "metadata": {"mkdir": str(junit)}}])
+    output = tmp_path / "out" / "results.jsonl"
+    workflow = ("--workflow", "tests.workflows:MkdirWorkflow")
+    proc = cli.local(data, *workflow, "-o", output, "--junit-xml", junit, "--json")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert f"error: --junit-xml {junit}: cannot write the report: Is a directory" in proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert (verdict["exit_code"], verdict["passed"]) == (0, True)
+    assert verdict["report_errors"] == [f"--junit-xml {junit}: cannot write the report: Is a directory"]
+    assert json.loads((output.parent / "results.summary.json").read_text())["total"] == 1
 
 
 # --- --json -----------------------------------------------------------------------------
