@@ -291,6 +291,8 @@ class SummaryBuilder:
         """The mean reward over graded rollouts, or over all with the others as 0; its
         interval is clipped to the values observed (0 included when some are ungraded)."""
         n = self._graded if graded_only else self.finished
+        if not self._graded:  # nothing graded: 0 by construction, nothing to estimate
+            return MeanEstimate(n, 0.0 if n else None, None, None, None)
         low, high = self._reward_min, self._reward_max
         if not graded_only and n > self._graded:
             low, high = min(low or 0.0, 0.0), max(high or 0.0, 0.0)
@@ -305,6 +307,8 @@ class SummaryBuilder:
         )
 
     def _pass_estimate(self, total: int) -> MeanEstimate:
+        if not self._graded:  # no reward could reach the threshold: no rate to estimate
+            return MeanEstimate(total, 0.0 if total else None, None, None, None)
         clusters = self._clusters(_ROLLOUTS, _PASSED)
         return estimate_mean(total, self._passed, self._passed, binary=True, clusters=clusters)
 
