@@ -305,7 +305,7 @@ class MkdirWorkflow(ScriptedWorkflow):
     while the run goes), then does what :class:`ScriptedWorkflow` does."""
 
     async def run(self, ctx: AgentWorkflowContext) -> Any:
-        Path(ctx.metadata["mkdir"]).mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(Path(ctx.metadata["mkdir"]).mkdir, parents=True, exist_ok=True)
         return await super().run(ctx)
 
 

@@ -305,7 +305,7 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def _interval(estimate: MeanEstimate | None) -> str:
-    """``95% CI low–high, method``; why there is none when every value was the same;
+    """``95% CI low-high, method``; why there is none when every value was the same;
     else empty."""
     if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
         if estimate is not None and estimate.stderr == 0.0 and estimate.n > 1:
@@ -316,7 +316,7 @@ def _interval(estimate: MeanEstimate | None) -> str:
 
 
 def _confidence_interval(estimate: MeanEstimate | None) -> str:
-    """`` ±SE (95% CI low–high, method)``, or as much of it as there is."""
+    """`` ±SE (95% CI low-high, method)``, or as much of it as there is."""
     interval = _interval(estimate)
     stderr = "" if estimate is None or not estimate.stderr else f" ±{_fmt(estimate.stderr, 2)}"
     return stderr + (f" ({interval})" if interval else "")

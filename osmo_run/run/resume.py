@@ -4,7 +4,8 @@ to run again, and the statistics of the kept ones (``--resume``, ``--retry-error
 :func:`prepare_run_dir` is the only step before the run that changes files: it repairs a
 torn last line, moves rollouts to rerun into the attempts file, or clears the run with
 ``--overwrite``. It refuses (:class:`~osmo_run.errors.InputError`) to continue a run whose
-defining fields changed.
+defining fields changed. ``--resume`` where there is no run yet starts one (a requeued job
+repeats one command); ``--retry-errors`` alone with nothing to retry is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class ResumeState:
     kept: int = 0
     rerun: int = 0
     repaired: bool = False
+    note: str | None = None
+    """What the display says first (``--resume`` found no run and starts one)."""
 
     def skip(self, samples: int) -> Callable[[int, int], bool] | None:
         """``skip(row_index, sample_index)``: whether that rollout is not to run now."""
@@ -79,10 +82,11 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
             path.unlink(missing_ok=True)
         return ResumeState(stats)
     if not has_results:
-        if continuing:
-            raise InputError(_nothing_to_continue(plan))
+        if continuing and not settings.resume:  # --retry-errors alone: nothing to retry
+            raise InputError(_no_run_here(plan))
         paths.results.unlink(missing_ok=True)
-        return ResumeState(stats)
+        # --resume with no run to continue starts it: the one command a requeued job repeats
+        return ResumeState(stats, note=_no_run_here(plan) if settings.resume else None)
     if not continuing:
         raise OutputError(
             f"{paths.results}: already holds results of this run; pass --resume to continue "
@@ -139,12 +143,15 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     return state
 
 
-def _nothing_to_continue(plan: RunPlan) -> str:
-    """Why there is no run to continue, with what changed against the latest run of the
-    same dataset when one exists next to where this run would be."""
+def _no_run_here(plan: RunPlan) -> str:
+    """That there is no run with these settings to continue; for ``--resume``, that one
+    starts, and for both what changed against the latest run of the same dataset when one
+    exists next to where this run would be."""
     settings, paths, manifest = plan.settings, plan.paths, plan.manifest
     flag = "--resume" if settings.resume else "--retry-errors"
     message = f"{flag}: no run with these settings at {paths.directory}"
+    if settings.resume:
+        message += "; starting one"
     if settings.output is not None:
         return message
     candidates = [
@@ -158,9 +165,14 @@ def _nothing_to_continue(plan: RunPlan) -> str:
             continue
         if previous is not None and "regrade_of" not in previous.defining:  # not resumable
             changes = manifest.differences(previous)
+            advice = (
+                ""
+                if settings.resume
+                else "\nrestore those settings to continue it, or run "
+                "without the flag to start a new run"
+            )
             return (
                 f"{message}; the latest run of this dataset, {candidate.parent}, differs in "
-                "what defines its results:\n" + "\n".join(changes) + "\nrestore those "
-                "settings to continue it, or run without the flag to start a new run"
+                "what defines its results:\n" + "\n".join(changes) + advice
             )
-    return message + "; run without the flag to start it"
+    return message if settings.resume else message + "; run without the flag to start it"

@@ -130,6 +130,8 @@ def _run_rows(
                 display.start(
                     state.to_run(plan.rollouts), _describe(plan, state, backend.max_concurrency)
                 )
+                if state.note:
+                    display.message(state.note)
                 items = work_items(plan.dataset.rows(), plan.samples, state.skip(plan.samples))
                 try:
                     return await runner.run(items)

@@ -344,7 +344,9 @@ def test_a_report_that_cannot_be_written_at_the_end_keeps_the_runs_verdict(
     assert f"error: --junit-xml {junit}: cannot write the report: Is a directory" in proc.stderr
     verdict = json.loads(proc.stdout)
     assert (verdict["exit_code"], verdict["passed"]) == (0, True)
-    assert verdict["report_errors"] == [f"--junit-xml {junit}: cannot write the report: Is a directory"]
+    assert verdict["report_errors"] == [
+        f"--junit-xml {junit}: cannot write the report: Is a directory"
+    ]
     assert json.loads((output.parent / "results.summary.json").read_text())["total"] == 1
 
 

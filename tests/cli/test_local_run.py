@@ -138,7 +138,9 @@ def test_a_one_character_api_key_leaves_the_run_readable_reportable_and_resumabl
     report = cli("report", output.parent)
     assert re.search(r"rows\s+2 \(success 1 · failure 1\)", report.stdout), report.stdout
     assert "partial run" not in report.stdout
-    resumed = cli.local(data, "--spec", spec, "-o", output, "--resume", "--display", "plain", env=env)
+    resumed = cli.local(
+        data, "--spec", spec, "-o", output, "--resume", "--display", "plain", env=env
+    )
     assert resumed.returncode == 1, resumed.stderr
     assert "0 rows (2 kept from before)" in resumed.stdout
     assert len(read_jsonl(output)) == 2
