@@ -11,12 +11,14 @@ repeats one command); ``--retry-errors`` alone with nothing to retry is refused.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from osmo_run.errors import InputError, OutputError
 from osmo_run.run.manifest import Manifest, read_manifest
 from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
+from osmo_run.run.records import attempts_before_rerun
 from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
 from osmo_run.run.summary import SummaryBuilder
 
@@ -38,6 +40,9 @@ class ResumeState:
     repaired: bool = False
     note: str | None = None
     """What the display says first (``--resume`` found no run and starts one)."""
+    earlier: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per rollout position (row index x samples + sample) that runs again, the attempts
+    its record held (:func:`~osmo_run.run.records.attempts_before_rerun`)."""
 
     def skip(self, samples: int) -> Callable[[int, int], bool] | None:
         """``skip(row_index, sample_index)``: whether that rollout is not to run now."""
@@ -47,6 +52,12 @@ class ResumeState:
         if done is not None:
             return lambda row, sample: _bit(done, row * samples + sample)
         return None
+
+    def earlier_attempts(self, samples: int) -> Callable[[int, int], list[dict[str, Any]] | None]:
+        """``earlier(row_index, sample_index)``: the attempts a rollout that runs again
+        starts with (``None`` for one that never ran)."""
+        earlier = self.earlier
+        return lambda row, sample: earlier.get(row * samples + sample)
 
     def to_run(self, rollouts: int) -> int:
         """How many of the plan's ``rollouts`` this invocation runs."""
@@ -132,6 +143,7 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         )
         if rerun:
             drop.add((str(record["row_id"]), sample))
+            state.earlier[position] = attempts_before_rerun(record)
             if only is not None:
                 _set_bit(only, position)
         else:

@@ -132,7 +132,12 @@ def _run_rows(
                 )
                 if state.note:
                     display.message(state.note)
-                items = work_items(plan.dataset.rows(), plan.samples, state.skip(plan.samples))
+                items = work_items(
+                    plan.dataset.rows(),
+                    plan.samples,
+                    state.skip(plan.samples),
+                    state.earlier_attempts(plan.samples),
+                )
                 try:
                     return await runner.run(items)
                 finally:

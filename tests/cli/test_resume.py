@@ -537,3 +537,51 @@ def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
     assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in proc.stdout
     changes = [line for line in proc.stdout.splitlines() if line.startswith("  ") and "->" in line]
     assert changes == ["  timeouts.agent_sec: 600.0 -> 9.0"]
+
+
+def test_a_row_rerun_by_retry_errors_carries_its_earlier_failures_like_an_in_run_retry(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """In-run retries record ``attempt: 2`` and the failed try in ``attempts``; a rerun by
+    --retry-errors now records the same, continuing the count across invocations."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:CountingWorkflow\n"
+        "retries: {max_attempts: 2, initial_backoff_sec: 0.01, jitter: 0}\n",
+        encoding="utf-8",
+    )
+
+    def row(row_id: str, fail_first: int, fail_with: str) -> dict[str, Any]:
+        meta = {"calls": str(calls), "fail_first": fail_first, "fail_with": fail_with}
+        return {"id": row_id, "prompt": "hi", "metadata": meta}
+
+    data = write_jsonl(
+        [
+            row("in-run", 1, "RateLimitError"),  # retried inside the run, then succeeds
+            row("rerun", 1, "RuntimeError"),  # agent_error: not retried in the run
+            row("twice", 3, "RateLimitError"),  # fails both in-run tries, then once more
+        ]
+    )
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, "--spec", spec, "--code-dir", REPO, "-o", output).returncode == 1
+    proc = cli.local(data, "--spec", spec, "-o", output, "--retry-errors")
+    assert proc.returncode == 0, proc.stderr
+    records = _one_line_per_rollout(read_jsonl(output))
+
+    def trace(name: str) -> tuple[int, list[tuple[int, str]]]:
+        record = records[name]
+        return record["attempt"], [(a["attempt"], a["error_category"]) for a in record["attempts"]]
+
+    assert trace("in-run") == (2, [(1, "rate_limit")])
+    assert trace("rerun") == (2, [(1, "agent_error")])
+    # two tries in the first run (both rate limited), the third and last in the rerun
+    assert trace("twice") == (4, [(1, "rate_limit"), (2, "rate_limit"), (3, "rate_limit")])
+    assert call_counts(calls) == {"in-run": 2, "rerun": 2, "twice": 4}
+    assert set(records["rerun"]["attempts"][0]) == set(records["in-run"]["attempts"][0])
+    assert records["rerun"]["attempts"][0]["error_message"].startswith(
+        "RuntimeError: scripted RuntimeError on call 1"
+    )
+    for record in records.values():
+        OutputRecord.model_validate(record)
