@@ -37,7 +37,7 @@ def report(
     if len(loaded) == 1 or all(shards):
         missing = check_shards(loaded) if len(loaded) > 1 else []
         summary, count, expected = summarize(loaded)
-        out.print(render_report(summary, count, expected, missing))
+        out.print(render_report(summary, count, expected, missing, loaded))
         raise typer.Exit(int(exit_code_for(summary)))
     if len(loaded) != 2:
         raise InputError("report takes one run, two runs to compare, or the shards of one run")

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from osmo_run.errors import InputError
 from osmo_run.run.manifest import Manifest, read_manifest
-from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
 from osmo_run.run.spec import parse_shard
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 
@@ -27,10 +27,23 @@ class LoadedRun:
     paths: RunPaths
     manifest: Manifest | None
 
+    bad_lines: list[BadLine] = field(default_factory=list)
+    """Lines of the results file that are not records, found while reading it."""
+
     @classmethod
     def load(cls, target: Path) -> LoadedRun:
+        """The run at ``target``. Raises :class:`InputError` when there is none, or when
+        ``target`` is a file with no manifest beside it whose first line is not a result
+        record (a dataset, say)."""
         paths = RunPaths.locate(target)
-        return cls(paths, read_manifest(paths.manifest))
+        manifest = read_manifest(paths.manifest)
+        if manifest is None and not first_line_is_record(paths.results):
+            raise InputError(
+                f"{paths.results}: not an osmo-run results file (line 1 is not a result "
+                f"record, and there is no {paths.manifest.name} beside it); give a run "
+                "directory or its results file"
+            )
+        return cls(paths, manifest)
 
     @property
     def expected(self) -> int | None:
@@ -55,7 +68,8 @@ def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
     count = 0
     expected: int | None = 0
     for run in runs:
-        for record in iter_records(run.paths.results):
+        run.bad_lines.clear()
+        for record in iter_records(run.paths.results, run.bad_lines):
             builder.add_record(record)
             count += 1
         expected = None if expected is None or run.expected is None else expected + run.expected
@@ -85,12 +99,27 @@ def check_shards(runs: list[LoadedRun]) -> list[str]:
     return [f"{k}/{n}" for k in range(1, n + 1) if (k, n) not in parsed]
 
 
+def _bad_lines_text(run: LoadedRun, shown: int = 10) -> str:
+    listed = ", ".join(f"{b.number} ({b.reason})" for b in run.bad_lines[:shown])
+    more = f" and {len(run.bad_lines) - shown} more" if len(run.bad_lines) > shown else ""
+    return f"unreadable lines in {run.paths.results}, left out of this summary: {listed}{more}"
+
+
 def render_report(
-    summary: RunSummary, count: int, expected: int | None, missing_shards: list[str] | None = None
+    summary: RunSummary,
+    count: int,
+    expected: int | None,
+    missing_shards: list[str] | None = None,
+    runs: list[LoadedRun] | None = None,
 ) -> RenderableType:
+    """The summary of ``runs`` (read by :func:`summarize`), with what is missing from it:
+    shards, unreadable lines (by number), rollouts not recorded."""
     from osmo_run.run.display import render_summary
 
     parts: list[RenderableType] = [render_summary(summary)]
+    damaged = [run for run in runs or [] if run.bad_lines]
+    for run in damaged:
+        parts.append(Text(_bad_lines_text(run), style="red"))
     if missing_shards:
         parts.append(
             Text(
@@ -99,11 +128,13 @@ def render_report(
             )
         )
     if expected is not None and count < expected:
+        advice = (
+            "remove the unreadable lines, then `--resume` runs the rest"
+            if damaged
+            else "`--resume` runs the rest"
+        )
         parts.append(
-            Text(
-                f"partial run: {count} of {expected} rollouts recorded; `--resume` runs the rest",
-                style="yellow",
-            )
+            Text(f"partial run: {count} of {expected} rollouts recorded; {advice}", style="yellow")
         )
     return Group(*parts)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
@@ -19,7 +20,13 @@ from osmo_run.run.manifest import Manifest, read_manifest
 from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
 from osmo_run.run.records import attempts_before_rerun
-from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
+from osmo_run.run.runfiles import (
+    BadLine,
+    RunPaths,
+    iter_records,
+    repair_torn_tail,
+    rewrite_without,
+)
 from osmo_run.run.summary import SummaryBuilder
 
 
@@ -132,7 +139,8 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     done = bytearray()
     # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
     only = bytearray() if not plan.settings.resume else None
-    for record in iter_records(plan.paths.results):
+    bad: list[BadLine] = []
+    for record in iter_records(plan.paths.results, bad):
         status = record.get("status")
         sample = int(record.get("sample_index", 0))
         position = int(record.get("row_index", 0)) * samples + sample
@@ -150,9 +158,19 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
             _set_bit(done, position)
             state.stats.add_record(record)
             state.kept += 1
+    if bad:  # continuing would keep a line that no reader understands, silently
+        raise InputError(_bad_line_message(plan.paths.results, bad[0]))
     state.rerun = rewrite_without(plan.paths, drop)
     state.done, state.only = done, only
     return state
+
+
+def _bad_line_message(results: Path, bad: BadLine) -> str:
+    detail = "" if bad.reason == "not a result record" else f" ({bad.reason})"
+    return (
+        f"{results}:{bad.number}: not a result record{detail}; remove the line (its rollout "
+        "then runs again) or pass --overwrite to start over"
+    )
 
 
 def _no_run_here(plan: RunPlan) -> str:

@@ -108,6 +108,62 @@ def test_report_on_a_crashed_run_shows_what_is_there_and_what_is_missing(
     assert output.read_text().endswith(lines[4][:40]), "report only reads"
 
 
+def test_report_names_unreadable_lines_with_their_numbers(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    data = write_jsonl(_mixed_rows(calls))
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, *GRADED, "-c", "1", "-o", output).returncode == 1
+    lines = output.read_text().splitlines(keepends=True)
+    lines[2] = "garbage, not JSON\n"  # line 3
+    lines[4] = '{"note": "not a result"}\n'  # line 5
+    output.write_text("".join(lines))
+    proc = cli("report", output)
+    assert "Traceback" not in proc.stderr
+    assert re.search(r"rows\s+4 ", proc.stdout), proc.stdout
+    out = " ".join(proc.stdout.split())  # the rendered lines may wrap
+    assert (
+        f"unreadable lines in {output}, left out of this summary: 3 (not valid JSON), "
+        "5 (not a result record)" in out
+    )
+    assert (  # --resume refuses such a file (below)
+        "partial run: 4 of 6 rollouts recorded; remove the unreadable lines, then `--resume` "
+        "runs the rest" in out
+    )
+
+
+def test_resume_refuses_a_results_file_with_a_garbage_line_and_changes_nothing(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    data = write_jsonl(_mixed_rows(calls))
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, *GRADED, "-o", output).returncode == 1
+    lines = output.read_text().splitlines(keepends=True)
+    lines[1] = "garbage\n"
+    output.write_text("".join(lines))
+    before = output.read_bytes()
+    proc = cli.local(data, *GRADED, "-o", output, "--resume")
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [
+        f"error: {output}:2: not a result record (not valid JSON); remove the line (its "
+        "rollout then runs again) or pass --overwrite to start over"
+    ]
+    assert output.read_bytes() == before
+    assert sum(call_counts(calls).values()) == 6
+
+
+def test_report_refuses_a_file_that_is_not_a_run(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl([{"id": "a", "prompt": "hi", "label": "x"}])
+    proc = cli("report", data)
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [
+        f"error: {data}: not an osmo-run results file (line 1 is not a result record, and "
+        "there is no data.manifest.json beside it); give a run directory or its results file"
+    ]
+
+
 def _grader_spec(tmp_path: Path, name: str, key: str) -> Path:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(
