@@ -19,6 +19,7 @@ from rich.text import Text
 from osmo_run.backends.base import ProgressPhase
 from osmo_run.run.stats import MeanEstimate
 from osmo_run.run.summary import RunSummary, UsageSummary
+from osmo_run.run.text import one_line
 from osmo_run.sdk.types import ExecutionResult, RolloutStatus
 
 
@@ -152,8 +153,8 @@ class PlainDisplay(Display):
     ) -> None:
         category = failed.error_category.value if failed.error_category else "-"
         self._print(
-            f"RETRY row {row_id} (attempt {attempt}/{max_attempts} in {delay_sec:.1f}s) "
-            f"after {category}: {failed.error_message}"
+            f"RETRY row {one_line(row_id)} (attempt {attempt}/{max_attempts} in "
+            f"{delay_sec:.1f}s) after {category}: {one_line(failed.error_message or '')}"
         )
 
     def row_finished(self, result: ExecutionResult) -> None:
@@ -164,15 +165,15 @@ class PlainDisplay(Display):
                 category = result.error_category.value if result.error_category else "-"
                 phase = result.error_phase.value if result.error_phase else "-"
                 self._print(
-                    f"{result.status.value.upper()} row {result.rollout_id} "
-                    f"[{category}, {phase}]: {result.error_message}"
+                    f"{result.status.value.upper()} row {one_line(result.rollout_id)} "
+                    f"[{category}, {phase}]: {one_line(result.error_message or '')}"
                 )
             elif self._failure_lines == self._max_failures + 1:
                 self._print("(further failed rows are in the output file only)")
         self.tick()
 
     def message(self, text: str) -> None:
-        self._print(text)
+        self._print("\n".join(one_line(line) for line in text.splitlines()))
 
     def tick(self) -> None:
         now = time.monotonic()

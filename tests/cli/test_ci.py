@@ -350,6 +350,39 @@ def test_a_report_that_cannot_be_written_at_the_end_keeps_the_runs_verdict(
     assert json.loads((output.parent / "results.summary.json").read_text())["total"] == 1
 
 
+HOSTILE = "\x1b[31mred\x1b[0m\nsecond line\r<b>bold?</b> | *not* a_cell\u2028end"
+"""An exception text with an ANSI colour, raw newlines, HTML and Markdown in it."""
+
+
+def test_plain_output_and_markdown_show_control_characters_on_one_line(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        [{"id": "odd\x1b[2Jid", "prompt": "hi", "metadata": {"raise_env": "OSMO_TEST_TEXT"}}]
+    )
+    report = tmp_path / "summary.md"
+    output = tmp_path / "out" / "results.jsonl"
+    env = cli_env(OSMO_TEST_TEXT=HOSTILE)
+    proc = cli.local(data, *SCRIPTED, "-o", output, "--plain", "--summary-md", report, env=env)
+    assert proc.returncode == ExitCode.ROLLOUTS_FAILED, proc.stderr
+    assert "\x1b" not in proc.stdout and "\r" not in proc.stdout and "\u2028" not in proc.stdout
+    (failure,) = [line for line in proc.stdout.splitlines() if line.startswith("FAILURE")]
+    assert failure.startswith("FAILURE row odd\\x1b[2Jid [agent_error, workflow]: RuntimeError: ")
+    assert (
+        "the server refused \\x1b[31mred\\x1b[0m\\nsecond line\\r<b>bold?</b> | *not* "
+        "a_cell\\u2028end (at " in failure
+    )
+    markdown = report.read_text(encoding="utf-8")
+    assert "\x1b" not in markdown and "\r" not in markdown and "\u2028" not in markdown
+    (row,) = [line for line in markdown.splitlines() if line.startswith("| odd")]
+    assert row.startswith("| odd\\\\x1b\\[2Jid | agent_error | workflow | RuntimeError: ")
+    assert (
+        "\\\\x1b\\[31mred\\\\x1b\\[0m\\\\nsecond line\\\\r&lt;b&gt;bold?&lt;/b&gt; \\| "
+        "\\*not\\* a_cell\\\\u2028end" in row
+    )
+    assert row.endswith(" |") and row.count(" | ") == 3  # four cells, none split by a pipe
+
+
 # --- --json -----------------------------------------------------------------------------
 
 
