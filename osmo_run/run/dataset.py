@@ -311,6 +311,8 @@ class Dataset:
 
         Raises :class:`DatasetError` for an empty dataset, duplicate ids, and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
+        A shard that selects no row of a dataset that has rows is ``(0, [])``: in an array
+        job of more shards than rows, the extra jobs succeed with nothing to do.
         """
         count = 0
         problems: list[str] = []
@@ -338,7 +340,9 @@ class Dataset:
             if row.row_id.isdigit():
                 numeric_ids.add(int(row.row_id))
         if count == 0:
-            raise DatasetError(f"{self.path}: the dataset has no rows")
+            if not self._selects_part() or next(self.rows(whole_selection=True), None) is None:
+                raise DatasetError(f"{self.path}: the dataset has no rows")
+            return 0, problems  # a shard (or subset) with nothing in it: a run of no rows
         if line_named and numeric_ids:
             # An explicit numeric id may equal another row's line number (its implicit id):
             # a second pass that only datasets mixing both kinds of id pay for.
@@ -350,6 +354,10 @@ class Dataset:
         if suspects:
             self._raise_first_duplicate(suspects)
         return count, problems
+
+    def _selects_part(self) -> bool:
+        """Whether a shard or a subset leaves rows of the file out."""
+        return self._shard is not None or self.select is not None
 
     def _raise_first_duplicate(self, suspects: set[str]) -> None:
         first_line: dict[str, int] = {}

@@ -7,6 +7,7 @@ decide: ``--fail-under`` (mean reward, failures counted as 0), ``--min-pass-rate
 Rollouts a stopped run never started (fail-fast, ``--smoke``) count as failed rollouts in
 every gate: reward 0, not passed, an error in the overall budgets, and in the denominator
 of every rate. A run cannot pass a gate on the rows it happened to run before it stopped.
+A run of no rollouts at all (an empty shard) passes every gate: there is nothing to judge.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ def evaluate(summary: RunSummary, gates: Gates) -> list[GateFailure]:
             failures.append(GateFailure("failed rollouts", errors, 0, "rollouts"))
         return failures
     total = summary.total + not_run
+    if not total:  # an empty shard: nothing ran and nothing was skipped, nothing to judge
+        return failures
     for budget in gates.budgets:
         count = summary.error_categories.get(budget.category, 0) if budget.category else errors
         measured = count / total if budget.rate and total else float(count)

@@ -431,6 +431,44 @@ def test_a_missing_shard_is_reported(
     assert "missing shards: 2/3; this summary leaves their rows out" in proc.stdout
 
 
+def test_report_on_one_shard_says_which_shards_its_summary_leaves_out(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    data = write_jsonl(_shard_rows(calls))
+    spec = _grader_spec(tmp_path, "spec", "a")
+    output = tmp_path / "s2.jsonl"
+    assert cli.local(data, "--spec", spec, "--shard", "2/3", "-o", output).returncode == 1
+    proc = cli("report", output)
+    assert "Traceback" not in proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "missing shards: 1/3, 3/3; this summary leaves their rows out" in out
+    assert "partial run" not in out  # the shard itself is complete
+
+
+def test_an_empty_shard_is_a_run_of_zero_rows_that_passes(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    """An array job of 25 over 20 rows: shards 21-25 have nothing to do, and must not fail
+    their jobs; their results merge with the others'."""
+    rows = [
+        {"id": f"r{i}", "prompt": "hi", "label": "hi", "metadata": {"calls": str(calls), "a": 1}}
+        for i in range(20)
+    ]
+    data = write_jsonl(rows)
+    output = tmp_path / "s21.jsonl"
+    args = ("--spec", _grader_spec(tmp_path, "spec", "a"), "--shard", "21/25", "-o", output)
+    proc = cli.local(data, *args, "--fail-under", "0.5", "--min-pass-rate", "0.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert output.read_text() == ""
+    summary = json.loads((tmp_path / "s21.summary.json").read_text())
+    assert (summary["total"], summary["by_status"]) == (0, {})
+    manifest = json.loads((tmp_path / "s21.manifest.json").read_text())
+    assert (manifest["defining"]["shard"], manifest["defining"]["rows"]) == ("21/25", 0)
+    assert list(calls.iterdir()) == []
+    report = cli("report", output)
+    assert report.returncode == 0, report.stderr
+
+
 def test_shards_of_different_runs_are_not_merged(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
