@@ -46,6 +46,11 @@ class LoadedRun:
         return cls(paths, manifest)
 
     @property
+    def samples_per_row(self) -> int:
+        defining = self.manifest.defining if self.manifest else {}
+        return int(defining.get("samples_per_row", 1))
+
+    @property
     def expected(self) -> int | None:
         """Rollouts the run was set to produce, from its manifest."""
         if self.manifest is None:
@@ -139,13 +144,41 @@ def render_report(
     return Group(*parts)
 
 
-def _key(record: dict[str, Any]) -> tuple[str, int]:
-    return str(record["row_id"]), int(record.get("sample_index", 0))
+@dataclass
+class RowOutcome:
+    """What one run did with one row, over all its samples."""
+
+    samples: int = 0
+    reward_sum: float = 0.0
+    """Rewards summed, a rollout without one counted as 0."""
+    passes: int = 0
+    reward: float | None = None
+    """The reward of the row's one sample (``None``: not rewarded)."""
+
+    def add(self, record: dict[str, Any], threshold: float) -> None:
+        reward = record.get("reward") if record.get("status") == "success" else None
+        self.samples += 1
+        self.reward = reward if self.samples == 1 else None
+        self.reward_sum += reward or 0.0
+        self.passes += reward is not None and reward >= threshold
+
+    @property
+    def mean(self) -> float:
+        return self.reward_sum / self.samples if self.samples else 0.0
+
+    @property
+    def passed(self) -> bool:
+        """At least half the row's samples passed (with one sample: it passed)."""
+        return self.samples > 0 and 2 * self.passes >= self.samples
+
+    def shown(self) -> float | None:
+        """The reward shown for the row: its sample's, or the mean over its samples."""
+        return self.reward if self.samples == 1 else self.mean
 
 
 @dataclass
 class Comparison:
-    """How run B differs from run A, row by row."""
+    """How run B differs from run A, row by row, each row over all its samples."""
 
     only_a: int = 0
     only_b: int = 0
@@ -156,40 +189,42 @@ class Comparison:
     categories_a: Counter[str] = field(default_factory=Counter)
     categories_b: Counter[str] = field(default_factory=Counter)
     mean_delta: float | None = None
+    samples: tuple[int, int] = (1, 1)
+    """Samples per row of A and of B (from their manifests)."""
+
+
+def _outcomes(run: LoadedRun, threshold: float, categories: Counter[str]) -> dict[str, RowOutcome]:
+    """Each row's outcome in ``run``; counts its error categories into ``categories``."""
+    rows: dict[str, RowOutcome] = {}
+    for record in iter_records(run.paths.results):
+        if record.get("error_category"):
+            categories[str(record["error_category"])] += 1
+        rows.setdefault(str(record["row_id"]), RowOutcome()).add(record, threshold)
+    return rows
 
 
 def compare(a: LoadedRun, b: LoadedRun, threshold: float = 1.0) -> Comparison:
-    """Rows that flipped between pass and fail, reward changes, and the histogram change."""
-    first = {_key(r): r for r in iter_records(a.paths.results)}
-    result = Comparison()
-    seen: set[tuple[str, int]] = set()
+    """Rows that flipped between pass and fail, reward changes, and the histogram change.
+    Each row is compared over all its samples, so runs with different ``--samples`` are
+    compared fairly (pairing sample 0 with sample 0 would ignore the rest)."""
+    result = Comparison(samples=(a.samples_per_row, b.samples_per_row))
+    first = _outcomes(a, threshold, result.categories_a)
+    second = _outcomes(b, threshold, result.categories_b)
     delta_sum = 0.0
-    for record in iter_records(b.paths.results):
-        key = _key(record)
-        seen.add(key)
-        if record.get("error_category"):
-            result.categories_b[str(record["error_category"])] += 1
-        before = first.get(key)
+    for name, after in second.items():
+        before = first.get(name)
         if before is None:
             result.only_b += 1
             continue
         result.common += 1
-        name = key[0] if key[1] == 0 else f"{key[0]}~{key[1]}"
-        reward_a, reward_b = before.get("reward"), record.get("reward")
-        passed_a = reward_a is not None and reward_a >= threshold
-        passed_b = reward_b is not None and reward_b >= threshold
-        if passed_b and not passed_a:
+        if after.passed and not before.passed:
             result.newly_passing.append(name)
-        elif passed_a and not passed_b:
+        elif before.passed and not after.passed:
             result.newly_failing.append(name)
-        if reward_a != reward_b:
-            result.reward_deltas.append((name, reward_a, reward_b))
-        delta_sum += (reward_b or 0.0) - (reward_a or 0.0)
-    for key, record in first.items():
-        if record.get("error_category"):
-            result.categories_a[str(record["error_category"])] += 1
-        if key not in seen:
-            result.only_a += 1
+        if before.shown() != after.shown():
+            result.reward_deltas.append((name, before.shown(), after.shown()))
+        delta_sum += after.mean - before.mean
+    result.only_a = sum(1 for name in first if name not in second)
     result.mean_delta = delta_sum / result.common if result.common else None
     return result
 
@@ -204,6 +239,14 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
         "rows",
         f"{diff.common} in both · {diff.only_a} only in A · {diff.only_b} only in B",
     )
+    if diff.samples != (1, 1):
+        samples_a, samples_b = diff.samples
+        table.add_row(
+            "samples",
+            f"A has {samples_a} samples per row, B {samples_b}: each row is compared over all "
+            "its samples (mean reward, no reward = 0; it passes when at least half its "
+            "samples pass)",
+        )
     delta = "-" if diff.mean_delta is None else f"{diff.mean_delta:+.3g}"
     table.add_row("reward", f"mean change B - A over common rows: {delta} (no reward = 0)")
 

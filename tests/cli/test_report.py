@@ -241,6 +241,38 @@ def test_compare_counts_rows_found_in_one_run_only(
     assert re.search(r"validation_error\s+1 -> 0\s+\(-1\)", proc.stdout), proc.stdout
 
 
+def test_compare_runs_with_different_sample_counts_row_by_row_over_all_samples(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """A ran 4 samples per row, B one. Pairing sample 0 with sample 0 called row x
+    unchanged (its first sample passes in both); over all samples it went from 1 pass in
+    4 (mean 0.25) to 1 in 1."""
+    data = write_jsonl(
+        [
+            {"id": "x", "prompt": "hi", "label": "hi", "metadata": {"passes": 1}},
+            {"id": "y", "prompt": "hi", "label": "hi", "metadata": {"passes": 4}},
+            {"id": "z", "prompt": "hi", "label": "hi", "metadata": {"passes": 0}},
+        ]
+    )
+    flags = ("--workflow", "tests.workflows:ScriptedWorkflow")
+    flags += ("--grader", "tests.workflows:SampleGrader")
+    run_a, run_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert cli.local(data, *flags, "--samples", "4", "-o", run_a).returncode == 0
+    assert cli.local(data, *flags, "-o", run_b).returncode == 0
+    proc = cli("report", run_a, run_b)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "3 in both · 0 only in A · 0 only in B" in out
+    assert (
+        "A has 4 samples per row, B 1: each row is compared over all its samples (mean "
+        "reward, no reward = 0; it passes when at least half its samples pass)" in out
+    )
+    assert "mean change B - A over common rows: +0.25 (no reward = 0)" in out
+    assert re.search(r"now passing 1: x ", out), out
+    assert re.search(r"now failing 0 ", out), out
+    assert "x: 0.25 -> 1.0" in out
+
+
 def test_regrade_with_another_grader_changes_rewards_without_running_the_workflow(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
