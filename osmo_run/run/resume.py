@@ -10,6 +10,8 @@ repeats one command); ``--retry-errors`` alone with nothing to retry is refused.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +98,7 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
     has_results = paths.results.exists() and paths.results.stat().st_size > 0
     continuing = settings.resume or settings.retry_errors is not None
     if settings.overwrite:
+        _remove_old_artifacts(plan)
         for path in (paths.results, paths.summary, paths.manifest, paths.attempts):
             path.unlink(missing_ok=True)
         return ResumeState(stats)
@@ -112,6 +115,30 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
         )
     _check_same_run(paths, plan.manifest)
     return _kept_and_rerun(plan, ResumeState(stats, repaired=repair_torn_tail(paths.results)))
+
+
+def _remove_old_artifacts(plan: RunPlan) -> None:
+    """For ``--overwrite``: remove ``artifacts/<rollout>`` of every rollout the old run
+    recorded (results and attempts) or this one will run, so that no file of the old run
+    is mistaken for this one's. Other entries of ``artifacts/`` (the directory may be shared
+    when ``--output`` names one) are left alone."""
+    artifacts = plan.paths.artifacts
+    if not artifacts.is_dir():
+        return
+    present = {entry.name for entry in artifacts.iterdir()}  # names: no id reaches outside
+    stale: set[str] = set()
+    for source in (plan.paths.results, plan.paths.attempts):
+        if source.is_file():
+            stale.update(str(record.get("rollout_id")) for record in iter_records(source))
+    for row in plan.dataset.rows():
+        if plan.samples == 1:
+            stale.add(row.row_id)
+        else:
+            stale.update(f"{row.row_id}~{k}" for k in range(plan.samples))
+    for name in present & stale:
+        shutil.rmtree(artifacts / name, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        artifacts.rmdir()  # only when nothing else is left in it
 
 
 def _check_same_run(paths: RunPaths, manifest: Manifest) -> None:

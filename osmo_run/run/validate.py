@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -85,6 +86,23 @@ def _without_bad_fields(spec_path: Path) -> RunSpec | None:
         return None
 
 
+def problems_beyond_fields(
+    spec_path: Path, harbor: bool = False, updates: dict[str, Any] | None = None
+) -> list[str]:
+    """What :func:`validate` finds in a spec beyond its invalid fields, once those are set
+    aside: the workflow and grader imports, the configs and the ``llm`` section
+    (``updates``: command-line values laid over the spec first). A run refused for its
+    spec lists these too, so it names as many problems as ``osmo-run validate``."""
+    spec = _without_bad_fields(spec_path)
+    if spec is None:
+        return []
+    if updates:
+        spec = spec.model_copy(update=updates)
+    result = Validation()
+    _check_imports(spec, result, harbor)
+    return result.problems
+
+
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
     dataset = Dataset(dataset_path, limit=spec.limit if spec else None)
     count = 0
@@ -112,7 +130,8 @@ def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation)
         result.problems.append(
             f"{dataset_path}: {len(problems) - MAX_ROW_PROBLEMS} more bad rows not listed"
         )
-    result.checked.append(f"dataset {dataset_path}: {count} rows, {len(problems)} bad")
+    if not problems:  # with bad rows, the dataset is not "ok": its problems say why
+        result.checked.append(f"dataset {dataset_path}: {count} rows")
 
 
 def _check_environment(env: str, result: Validation) -> None:

@@ -182,7 +182,11 @@ def test_invalid_input_exits_2_before_anything_runs(
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    assert proc.stdout == ""  # --json: nothing ran, no verdict
+    # --json: nothing ran, and stdout still holds one JSON object saying why
+    assert proc.stdout.count("\n") == 1, proc.stdout
+    verdict = json.loads(proc.stdout)
+    assert (verdict["exit_code"], verdict["passed"], verdict["summary"]) == (2, False, None)
+    assert message in verdict["error"] or message.startswith("Invalid value"), verdict
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 

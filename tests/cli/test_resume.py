@@ -585,3 +585,21 @@ def test_a_row_rerun_by_retry_errors_carries_its_earlier_failures_like_an_in_run
     )
     for record in records.values():
         OutputRecord.model_validate(record)
+
+
+def test_overwrite_removes_the_old_runs_artifacts_and_nothing_else(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    output = tmp_path / "out" / "results.jsonl"
+    artifacts = output.parent / "artifacts"
+    workflow = ("--workflow", "tests.workflows:ArtifactWorkflow")
+    first = write_jsonl([{"id": "a", "prompt": "hi"}, {"id": "old", "prompt": "hi"}])
+    assert cli.local(first, *workflow, "-o", output).returncode == 0
+    (artifacts / "a" / "stale.txt").write_text("from the old run")
+    (artifacts / "unrelated").mkdir()
+    (artifacts / "unrelated" / "keep.txt").write_text("not a rollout of either run")
+    second = write_jsonl([{"id": "a", "prompt": "hi"}], name="second.jsonl")
+    assert cli.local(second, *workflow, "-o", output, "--overwrite").returncode == 0
+    assert sorted(p.name for p in artifacts.iterdir()) == ["a", "unrelated"]
+    assert sorted(p.name for p in (artifacts / "a").iterdir()) == ["note.txt"]
+    assert (artifacts / "unrelated" / "keep.txt").is_file()
