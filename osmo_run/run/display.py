@@ -346,6 +346,20 @@ def _usage_text(usage: UsageSummary) -> str:
     )
 
 
+def _passes_text(summary: RunSummary) -> str:
+    """How many reached the pass threshold, pass@k with several samples, the interval."""
+    rate = summary.pass_rate
+    passes = f"{summary.passed}/{summary.total} reached reward ≥ {summary.pass_threshold:g}"
+    if rate is not None:
+        passes += f" ({rate:.0%})"
+    if summary.samples_per_row > 1:
+        passes += " · " + " · ".join(f"pass@{k} {_fmt(v)}" for k, v in summary.pass_at_k.items())
+    pass_interval = _interval(summary.pass_estimate)
+    if pass_interval:
+        passes += f"\npass rate {pass_interval}"
+    return passes
+
+
 def render_summary(summary: RunSummary) -> RenderableType:
     """The end-of-run report: statuses, rewards with their uncertainty, coverage, pass
     rate and pass@k, durations, model tokens, the error histogram, and where the output
@@ -372,16 +386,7 @@ def render_summary(summary: RunSummary) -> RenderableType:
         f"{summary.graded}/{summary.total} graded"
         + ("" if coverage is None else f" ({coverage:.0%})"),
     )
-    rate = summary.pass_rate
-    passes = f"{summary.passed}/{summary.total} reached reward ≥ {summary.pass_threshold:g}"
-    if rate is not None:
-        passes += f" ({rate:.0%})"
-    if summary.samples_per_row > 1:
-        passes += " · " + " · ".join(f"pass@{k} {_fmt(v)}" for k, v in summary.pass_at_k.items())
-    pass_interval = _interval(summary.pass_estimate)
-    if pass_interval:
-        passes += f"\npass rate {pass_interval}"
-    table.add_row("passed", passes)
+    table.add_row("passed", _passes_text(summary))
     table.add_row(
         "duration",
         f"p50 {_duration(summary.duration_p50)} · p95 {_duration(summary.duration_p95)} · "
