@@ -39,7 +39,8 @@ def test_trials_reach_the_embedded_model_and_report_usage(tmp_path: Path) -> Non
         {"id": "fr", "user_prompt": "What is the capital of France?", "ground_truth": "Paris"},
         {"id": "it", "user_prompt": "What is the capital of Italy?", "ground_truth": "Rome"},
     ]
-    run = run_harbor(tmp_path, rows, spec)
+    # A busy CI box builds the prebuilt image of the whole repository first: a wide bound.
+    run = run_harbor(tmp_path, rows, spec, timeout=600)
     failed = {
         row_id: {key: row.get(key) for key in FAILURE_FIELDS}
         for row_id, row in run.rows.items()
