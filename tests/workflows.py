@@ -300,6 +300,15 @@ class CountingWorkflow(ScriptedWorkflow):
         return await super().run(ctx)
 
 
+class MkdirWorkflow(ScriptedWorkflow):
+    """Creates the directory ``metadata.mkdir`` (a report path taken from under osmo-run
+    while the run goes), then does what :class:`ScriptedWorkflow` does."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> Any:
+        await asyncio.to_thread(Path(ctx.metadata["mkdir"]).mkdir, parents=True, exist_ok=True)
+        return await super().run(ctx)
+
+
 class SampleGrader(Grader):
     """Passes (1.0) the samples whose index is below ``metadata.passes``, fails (0.0) the
     rest: a row with ``passes: c`` and N samples has exactly c passing samples."""

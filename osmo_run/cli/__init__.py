@@ -3,6 +3,7 @@ commands so ``osmo-run --help`` stays quick and ``osmo-run local`` never imports
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -43,10 +44,22 @@ def schema() -> None:
     typer.echo(spec_json_schema())
 
 
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before any ``--``)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _json_refusal(code: int, error: str) -> None:
+    """``--json``'s one object on stdout for a run refused before it started."""
+    verdict = {"exit_code": code, "passed": False, "error": error, "summary": None}
+    sys.stdout.write(json.dumps(verdict) + "\n")
+
+
 def run_cli(args: list[str]) -> int:
     """Run the command line ``args`` in this process and return its exit code: expected
     errors print one ``error:`` line each, never a traceback; a bug prints one line and
-    returns 3 (``OSMO_RUN_DEBUG=1`` raises it instead)."""
+    returns 3 (``OSMO_RUN_DEBUG=1`` raises it instead). With ``--json``, a command refused
+    before it ran (exit 2) still prints one JSON object on stdout, with its ``error``."""
     code: int = ExitCode.OK
     try:
         app(args=expand_bare_retry_errors(args))
@@ -54,10 +67,14 @@ def run_cli(args: list[str]) -> int:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)
+        if code == ExitCode.INVALID_INPUT and _wants_json(args):  # a usage error (click's)
+            _json_refusal(code, "invalid command line (the error is on stderr)")
     except OsmoRunError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             print(f"error: {line}", file=sys.stderr)
         code = exc.exit_code
+        if _wants_json(args):
+            _json_refusal(code, str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = ExitCode.INTERRUPTED

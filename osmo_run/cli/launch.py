@@ -16,6 +16,7 @@ from osmo_run.cli.flags import CIFlags, RunFlags
 from osmo_run.cli.options import check_display, console, gates_from_flags, retry_categories
 
 if TYPE_CHECKING:
+    from osmo_run.errors import SpecError
     from osmo_run.run.overrides import HarborOverrides
     from osmo_run.run.settings import BackendFactory, RunSettings
     from osmo_run.run.spec import RunSpec
@@ -27,6 +28,7 @@ def load_run_spec(
     """The spec ``--spec`` names (or an empty one) with the flags that set its fields laid
     over it; puts its code dir first on ``sys.path``. Raises
     :class:`~osmo_run.errors.SpecError` naming every invalid field."""
+    from osmo_run.errors import SpecError
     from osmo_run.run.overrides import HarborOverrides, SpecOverrides, spec_with_overrides
     from osmo_run.sdk.imports import ensure_on_path
 
@@ -46,9 +48,32 @@ def load_run_spec(
         grader_sec=run.grader_timeout,
         harbor=harbor or HarborOverrides(),
     )
-    spec = spec_with_overrides(run.spec, overrides)
+    try:
+        spec = spec_with_overrides(run.spec, overrides)
+    except SpecError as exc:
+        raise SpecError(_every_spec_problem(exc, run, harbor is not None)) from None
     ensure_on_path(spec.code_dir or Path.cwd())
     return spec
+
+
+def _every_spec_problem(exc: SpecError, run: RunFlags, harbor: bool) -> str:
+    """``exc``'s lines and every further problem ``osmo-run validate`` finds in the spec
+    file once its invalid fields are set aside (imports, configs, the llm key), with the
+    command line's workflow, grader, code dir and concurrency laid over it."""
+    from osmo_run.run.validate import problems_beyond_fields
+
+    lines = str(exc).splitlines()
+    if run.spec is None:
+        return str(exc)
+    flags = {
+        "workflow": run.workflow,
+        "grader": run.grader,
+        "code_dir": run.code_dir,
+        "concurrency": run.concurrency,
+    }
+    updates = {field: value for field, value in flags.items() if value is not None}
+    extra = problems_beyond_fields(run.spec, harbor, updates)
+    return "\n".join(lines + [problem for problem in extra if problem not in lines])
 
 
 def run_settings(

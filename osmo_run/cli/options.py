@@ -30,9 +30,13 @@ def gates_from_flags(
     max_errors: list[str] | None,
     max_error_rate: list[str] | None,
 ) -> Gates:
-    """The :class:`~osmo_run.run.gates.Gates` the flags ask for."""
-    from osmo_run.run.gates import Gates, parse_budget
+    """The :class:`~osmo_run.run.gates.Gates` the flags ask for. Raises
+    :class:`~osmo_run.errors.InputError` for a threshold outside its range (NaN included:
+    a gate that can never fail)."""
+    from osmo_run.run.gates import Gates, check_threshold, parse_budget
 
+    check_threshold("--fail-under", fail_under, "a finite mean reward")
+    check_threshold("--min-pass-rate", min_pass_rate, "a fraction from 0 to 1", (0.0, 1.0))
     budgets = [parse_budget(v, rate=False) for v in max_errors or []]
     budgets += [parse_budget(v, rate=True) for v in max_error_rate or []]
     return Gates(fail_under=fail_under, min_pass_rate=min_pass_rate, budgets=tuple(budgets))

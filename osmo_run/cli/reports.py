@@ -36,9 +36,9 @@ def report(
     out = console()
     shards = [run.manifest.defining.get("shard") if run.manifest else None for run in loaded]
     if len(loaded) == 1 or all(shards):
-        missing = check_shards(loaded) if len(loaded) > 1 else []
+        missing = check_shards(loaded) if all(shards) else []  # one shard: the others
         summary, count, expected = summarize(loaded)
-        out.print(render_report(summary, count, expected, missing))
+        out.print(render_report(summary, count, expected, missing, loaded))
         raise typer.Exit(int(exit_code_for(summary)))
     if len(loaded) != 2:
         raise InputError("report takes one run, two runs to compare, or the shards of one run")

@@ -18,6 +18,7 @@ from typing import Any
 from osmo_run.run.gates import GateFailure
 from osmo_run.run.runfiles import iter_records
 from osmo_run.run.summary import RunSummary
+from osmo_run.run.text import markdown_text
 
 _MAX_MARKDOWN_ROWS = 50
 
@@ -93,7 +94,7 @@ def write_junit(results: Path, target: Path, suite: str, threshold: float) -> No
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")[:200]
+    return markdown_text(str(text), limit=200)
 
 
 def markdown_summary(
@@ -101,9 +102,14 @@ def markdown_summary(
 ) -> str:
     """A Markdown report: verdict, counts, rewards, histogram and the failed rows."""
     verdict = "❌ failed" if failures else "✅ passed"
-    lines = [f"## osmo-run: {title} — {verdict}", ""]
+    lines = [f"## osmo-run: {markdown_text(title)} — {verdict}", ""]
     lines += [f"- {failure.line()}" for failure in failures]
-    if failures:
+    if summary.not_run:
+        lines.append(
+            f"- {summary.not_run} rollouts not run (fail-fast stopped the run); the gates "
+            "count them as failures"
+        )
+    if failures or summary.not_run:
         lines.append("")
 
     def fmt(value: float | None) -> str:

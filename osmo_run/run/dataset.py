@@ -7,6 +7,11 @@ Two row styles are accepted:
 * chat: ``messages`` or ``prompt`` (a message list, or a string for one user message),
   plus ``label``.
 
+Columns that say different things are refused rather than one chosen silently: two of
+``messages``/``prompt``/``user_prompt``, ``system_prompt`` without ``user_prompt``,
+``label`` and ``ground_truth`` with different values, an extra column and a ``metadata``
+key of the same name with different values. An empty prompt (``""`` or ``[]``) is refused.
+
 An optional ``id`` names the row; otherwise its line number does. Other columns are
 kept in the row's metadata. Blank lines are skipped. Reading never holds more than one
 line in memory, except the set of explicit ids used to refuse duplicates.
@@ -77,9 +82,11 @@ def _check_id(value: object) -> str:
 
 
 def _messages(value: object, column: str) -> list[dict[str, Any]]:
+    if (isinstance(value, str | list)) and not value:  # one rule for "" and []
+        raise _RowError(f"'{column}' is empty: give a non-empty list of messages or string")
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list):
         raise _RowError(f"'{column}' must be a non-empty list of messages or a string")
     for i, message in enumerate(value):
         if not isinstance(message, dict):
@@ -89,21 +96,37 @@ def _messages(value: object, column: str) -> list[dict[str, Any]]:
     return value
 
 
+_PROMPT_COLUMNS = ("messages", "prompt", "user_prompt")
+
+
 def _prompt(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    for column in ("messages", "prompt"):
-        if column in obj:
-            return _messages(obj[column], column)
+    given = [column for column in _PROMPT_COLUMNS if column in obj]
+    if len(given) > 1:
+        raise _RowError(f"'{given[0]}' and '{given[1]}' both give the prompt: keep one of them")
+    if given and given[0] != "user_prompt":
+        if "system_prompt" in obj:
+            raise _RowError(
+                f"'system_prompt' goes with 'user_prompt'; with '{given[0]}', put the system "
+                "message in it"
+            )
+        return _messages(obj[given[0]], given[0])
     user = obj.get("user_prompt")
     if user is None:
         raise _RowError("row has no prompt: give 'messages', 'prompt' or 'user_prompt'")
     if not isinstance(user, str):
         raise _RowError(f"'user_prompt' must be a string, got {type(user).__name__}")
+    if not user:
+        raise _RowError("'user_prompt' is empty: give a non-empty string")
     system = obj.get("system_prompt")
     if system is not None and not isinstance(system, str):
         raise _RowError(f"'system_prompt' must be a string, got {type(system).__name__}")
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": user})
     return messages
+
+
+def _shown(value: Any) -> str:
+    return repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
 
 
 def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
@@ -117,11 +140,22 @@ def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
         metadata = {}
     if not isinstance(metadata, dict):
         raise _RowError(f"'metadata' must be an object, got {type(metadata).__name__}")
-    extra = {k: v for k, v in obj.items() if k not in _KNOWN and k not in metadata}
+    extra = {k: v for k, v in obj.items() if k not in _KNOWN}
+    for key, value in extra.items():
+        if key in metadata and metadata[key] != value:
+            raise _RowError(
+                f"'{key}' is a column and a 'metadata' key with different values "
+                f"({_shown(value)} and {_shown(metadata[key])}): keep one of them"
+            )
     return {**metadata, **extra} if extra else metadata
 
 
 def _label(obj: dict[str, Any]) -> Any:
+    if "label" in obj and "ground_truth" in obj and obj["label"] != obj["ground_truth"]:
+        raise _RowError(
+            f"'label' and 'ground_truth' differ ({_shown(obj['label'])} and "
+            f"{_shown(obj['ground_truth'])}): give one of them"
+        )
     label = obj.get("label", obj.get("ground_truth"))
     return None if label == "" else label
 
@@ -251,6 +285,8 @@ class Dataset:
 
         Raises :class:`DatasetError` for an empty dataset, duplicate ids, and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
+        A shard that selects no row of a dataset that has rows is ``(0, [])``: in an array
+        job of more shards than rows, the extra jobs succeed with nothing to do.
         """
         count = 0
         problems: list[str] = []
@@ -285,7 +321,9 @@ class Dataset:
                 numeric_ids = numeric_ids or SeenHashes(expected)
                 numeric_ids.add(int(row.row_id))
         if count == 0:
-            raise DatasetError(f"{self.path}: the dataset has no rows")
+            if not self._selects_part() or next(self.rows(whole_selection=True), None) is None:
+                raise DatasetError(f"{self.path}: the dataset has no rows")
+            return 0, problems  # a shard (or subset) with nothing in it: a run of no rows
         if line_named and numeric_ids is not None:
             # An explicit numeric id may equal another row's line number (its implicit id):
             # a second pass that only datasets mixing both kinds of id pay for.
@@ -324,6 +362,10 @@ class Dataset:
                 yield index, number, _check_id(obj["id"]) if explicit else str(number), explicit
             except (ValueError, RecursionError):  # a bad row: already reported
                 continue
+
+    def _selects_part(self) -> bool:
+        """Whether a shard or a subset leaves rows of the file out."""
+        return self._shard is not None or self.select is not None
 
     def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
         first_line: dict[str, int] = {}

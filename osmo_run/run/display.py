@@ -19,6 +19,7 @@ from rich.text import Text
 from osmo_run.backends.base import ProgressPhase
 from osmo_run.run.stats import MeanEstimate
 from osmo_run.run.summary import RunSummary, UsageSummary
+from osmo_run.run.text import one_line
 from osmo_run.sdk.types import ExecutionResult, RolloutStatus
 
 
@@ -160,8 +161,8 @@ class PlainDisplay(Display):
     ) -> None:
         category = failed.error_category.value if failed.error_category else "-"
         self._print(
-            f"RETRY row {row_id} (attempt {attempt}/{max_attempts} in {delay_sec:.1f}s) "
-            f"after {category}: {failed.error_message}"
+            f"RETRY row {one_line(row_id)} (attempt {attempt}/{max_attempts} in "
+            f"{delay_sec:.1f}s) after {category}: {one_line(failed.error_message or '')}"
         )
 
     def row_finished(self, result: ExecutionResult) -> None:
@@ -172,15 +173,15 @@ class PlainDisplay(Display):
                 category = result.error_category.value if result.error_category else "-"
                 phase = result.error_phase.value if result.error_phase else "-"
                 self._print(
-                    f"{result.status.value.upper()} row {result.rollout_id} "
-                    f"[{category}, {phase}]: {result.error_message}"
+                    f"{result.status.value.upper()} row {one_line(result.rollout_id)} "
+                    f"[{category}, {phase}]: {one_line(result.error_message or '')}"
                 )
             elif self._failure_lines == self._max_failures + 1:
                 self._print("(further failed rows are in the output file only)")
         self.tick()
 
     def message(self, text: str) -> None:
-        self._print(text)
+        self._print("\n".join(one_line(line) for line in text.splitlines()))
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -316,10 +317,22 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def _confidence_interval(estimate: MeanEstimate | None) -> str:
+def _interval(estimate: MeanEstimate | None) -> str:
+    """``95% CI low-high, method``; why there is none when every value was the same;
+    else empty."""
     if estimate is None or estimate.ci_low is None or estimate.ci_high is None:
+        if estimate is not None and estimate.stderr == 0.0 and estimate.n > 1:
+            return "no 95% CI: every value is the same"
         return ""
-    return f" ±{_fmt(estimate.stderr, 2)} (95% CI {_fmt(estimate.ci_low)}–{_fmt(estimate.ci_high)})"
+    method = "" if estimate.method is None else f", {estimate.method}"
+    return f"95% CI {_fmt(estimate.ci_low)}–{_fmt(estimate.ci_high)}{method}"
+
+
+def _confidence_interval(estimate: MeanEstimate | None) -> str:
+    """`` ±SE (95% CI low-high, method)``, or as much of it as there is."""
+    interval = _interval(estimate)
+    stderr = "" if estimate is None or not estimate.stderr else f" ±{_fmt(estimate.stderr, 2)}"
+    return stderr + (f" ({interval})" if interval else "")
 
 
 def _duration(seconds: float | None) -> str:
@@ -343,6 +356,20 @@ def _usage_text(usage: UsageSummary) -> str:
         + f"\nper rollout p50 {_count(per_rollout[0])} · p95 {_count(per_rollout[1])} · "
         f"max {_count(per_rollout[2])} tokens (over the {usage.rollouts} that called a model)"
     )
+
+
+def _passes_text(summary: RunSummary) -> str:
+    """How many reached the pass threshold, pass@k with several samples, the interval."""
+    rate = summary.pass_rate
+    passes = f"{summary.passed}/{summary.total} reached reward ≥ {summary.pass_threshold:g}"
+    if rate is not None:
+        passes += f" ({rate:.0%})"
+    if summary.samples_per_row > 1:
+        passes += " · " + " · ".join(f"pass@{k} {_fmt(v)}" for k, v in summary.pass_at_k.items())
+    pass_interval = _interval(summary.pass_estimate)
+    if pass_interval:
+        passes += f"\npass rate {pass_interval}"
+    return passes
 
 
 def render_summary(summary: RunSummary) -> RenderableType:
@@ -371,13 +398,7 @@ def render_summary(summary: RunSummary) -> RenderableType:
         f"{summary.graded}/{summary.total} graded"
         + ("" if coverage is None else f" ({coverage:.0%})"),
     )
-    rate = summary.pass_rate
-    passes = f"{summary.passed}/{summary.total} reached reward ≥ {summary.pass_threshold:g}"
-    if rate is not None:
-        passes += f" ({rate:.0%})"
-    if summary.samples_per_row > 1:
-        passes += " · " + " · ".join(f"pass@{k} {_fmt(v)}" for k, v in summary.pass_at_k.items())
-    table.add_row("passed", passes)
+    table.add_row("passed", _passes_text(summary))
     table.add_row(
         "duration",
         f"p50 {_duration(summary.duration_p50)} · p95 {_duration(summary.duration_p95)} · "
@@ -403,6 +424,9 @@ def render_summary(summary: RunSummary) -> RenderableType:
     if summary.output:
         table.add_row("output", summary.output)
     if summary.stopped_early:
-        table.add_row("fail-fast", "stopped starting rows after the first failed rollout")
+        stopped = "stopped starting rows after the first failed rollout"
+        if summary.not_run:
+            stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
+        table.add_row("fail-fast", stopped)
     title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
     return Group(Text(title, style="bold underline"), table)

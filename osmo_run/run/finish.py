@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +15,7 @@ from osmo_run.errors import ExitCode
 from osmo_run.run.ci_reports import append_step_summary, markdown_summary, write_junit
 from osmo_run.run.display import render_summary
 from osmo_run.run.gates import GateFailure, Gates, evaluate
+from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
 from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.summary import RunSummary
@@ -42,18 +44,39 @@ def write_summary(paths: RunPaths, summary: RunSummary) -> None:
     tmp.replace(paths.summary)
 
 
+def check_report_paths(plan: RunPlan) -> None:
+    """Raise :class:`~osmo_run.errors.OutputError` for a report the run could not write
+    at its end (``--junit-xml``, ``--summary-md``, ``$GITHUB_STEP_SUMMARY``); called
+    before any row runs."""
+    settings = plan.settings
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    for what, path in (
+        ("--junit-xml", settings.junit_xml),
+        ("--summary-md", settings.summary_md),
+        ("GITHUB_STEP_SUMMARY", Path(step_summary) if step_summary else None),
+    ):
+        if path is not None:
+            check_writable(path, what)
+
+
 def finish_run(plan: RunPlan, summary: RunSummary, console: Console, title: str) -> ExitCode:
     """Judge ``summary`` by the plan's gates, save and print it, write the CI reports the
-    settings ask for; return the exit code. ``title`` heads the Markdown report."""
+    settings ask for; return the exit code. ``title`` heads the Markdown report.
+
+    A file that cannot be written now (the summary, a report) is one ``error:`` line on
+    stderr and in ``--json``'s ``report_errors``; the verdict and its exit code stand.
+    """
     settings = plan.settings
     summary.output = str(plan.paths.results)
     failures = evaluate(summary, settings.gates)
     code = exit_code_for(summary, failures)
-    write_summary(plan.paths, summary)
+    problems = _attempt("summary", plan.paths.summary, lambda: write_summary(plan.paths, summary))
     console.print(render_summary(summary))
     for failure in failures if settings.gates.given else []:
         console.print(failure.line(), style="red", markup=False, soft_wrap=True)
-    _write_ci_reports(plan, summary, failures, title)
+    problems += _write_ci_reports(plan, summary, failures, title)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
     if settings.json_summary:
         verdict = {
             "exit_code": int(code),
@@ -61,23 +84,47 @@ def finish_run(plan: RunPlan, summary: RunSummary, console: Console, title: str)
             "gate_failures": [vars(f) for f in failures],
             "run_dir": str(plan.paths.directory),
             "summary": summary.to_dict(),
+            "report_errors": problems,
         }
         sys.stdout.write(json.dumps(verdict) + "\n")
         sys.stdout.flush()
     return code
 
 
+def _attempt(what: str, path: Path, write: Callable[[], object]) -> list[str]:
+    """Run ``write``; the line saying why it failed (an ``OSError``), or nothing."""
+    try:
+        write()
+    except OSError as exc:
+        return [f"{what} {path}: cannot write the report: {exc.strerror or exc}"]
+    return []
+
+
 def _write_ci_reports(
     plan: RunPlan, summary: RunSummary, failures: list[GateFailure], title: str
-) -> None:
+) -> list[str]:
+    """Write the reports the settings ask for; the problems of those that failed."""
     settings, results = plan.settings, plan.paths.results
-    if settings.junit_xml is not None:
-        write_junit(results, settings.junit_xml, settings.dataset.stem, plan.spec.pass_threshold)
-    if settings.summary_md is not None or os.environ.get("GITHUB_STEP_SUMMARY"):
+    problems: list[str] = []
+    junit = settings.junit_xml
+    if junit is not None:
+        suite, threshold = settings.dataset.stem, plan.spec.pass_threshold
+        problems += _attempt(
+            "--junit-xml", junit, lambda: write_junit(results, junit, suite, threshold)
+        )
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if settings.summary_md is not None or step_summary:
         markdown = markdown_summary(results, summary, failures, title)
-        if settings.summary_md is not None:
-            _write_text(settings.summary_md, markdown)
-        append_step_summary(markdown)
+        markdown_file = settings.summary_md
+        if markdown_file is not None:
+            problems += _attempt(
+                "--summary-md", markdown_file, lambda: _write_text(markdown_file, markdown)
+            )
+        if step_summary:
+            problems += _attempt(
+                "GITHUB_STEP_SUMMARY", Path(step_summary), lambda: append_step_summary(markdown)
+            )
+    return problems
 
 
 def _write_text(path: Path, text: str) -> None:

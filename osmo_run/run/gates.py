@@ -3,6 +3,11 @@
 With no gate given, any failed rollout fails the run. With gates given, only the gates
 decide: ``--fail-under`` (mean reward, failures counted as 0), ``--min-pass-rate``,
 ``--max-errors`` and ``--max-error-rate`` (either overall or for one category).
+
+Rollouts a stopped run never started (fail-fast, ``--smoke``) count as failed rollouts in
+every gate: reward 0, not passed, an error in the overall budgets, and in the denominator
+of every rate. A run cannot pass a gate on the rows it happened to run before it stopped.
+A run of no rollouts at all (an empty shard) passes every gate: there is nothing to judge.
 """
 
 from __future__ import annotations
@@ -78,6 +83,17 @@ def _below(measured: float, minimum: float) -> bool:
     return measured < minimum and not math.isclose(measured, minimum, rel_tol=_TOLERANCE)
 
 
+def check_threshold(
+    flag: str, value: float | None, expected: str, bounds: tuple[float, float] | None = None
+) -> None:
+    """Raise :class:`InputError` unless ``value`` is ``None`` or a finite number within
+    ``bounds``: NaN compares false with everything, so a NaN gate could never fail."""
+    if value is None:
+        return
+    if not math.isfinite(value) or (bounds is not None and not bounds[0] <= value <= bounds[1]):
+        raise InputError(f"{flag}: {value:g} must be {expected}")
+
+
 def parse_budget(value: str, rate: bool) -> ErrorBudget:
     """``"5"`` or ``"timeout=5"`` (``"0.1"``/``"timeout=0.1"`` for a rate).
 
@@ -107,27 +123,32 @@ def evaluate(summary: RunSummary, gates: Gates) -> list[GateFailure]:
     """Every gate that ``summary`` fails (empty when the run passes).
 
     Without gates, each failed rollout fails the run (reported as one ``rollouts`` entry).
+    ``summary.not_run`` rollouts count as failed ones (see the module docstring).
     """
     failures: list[GateFailure] = []
+    not_run = summary.not_run
+    errors = summary.failed + not_run
     if not gates.given:
-        if summary.failed:
-            failures.append(GateFailure("failed rollouts", summary.failed, 0, "rollouts"))
+        if errors:
+            failures.append(GateFailure("failed rollouts", errors, 0, "rollouts"))
         return failures
-    errors = summary.by_status.get("failure", 0) + summary.by_status.get("cancelled", 0)
+    total = summary.total + not_run
+    if not total:  # an empty shard: nothing ran and nothing was skipped, nothing to judge
+        return failures
     for budget in gates.budgets:
         count = summary.error_categories.get(budget.category, 0) if budget.category else errors
-        measured = count / summary.total if budget.rate and summary.total else float(count)
-        if budget.rate and not summary.total:
+        measured = count / total if budget.rate and total else float(count)
+        if budget.rate and not total:
             measured = 0.0
         if _below(budget.limit, measured):
             failures.append(GateFailure(budget.describe(), measured, budget.limit, "budget"))
     if gates.fail_under is not None:
-        mean = summary.mean_reward_all or 0.0
+        mean = summary.reward_sum / total if total else 0.0
         if _below(mean, gates.fail_under):
             gate = "--fail-under (mean reward, failures as 0)"
             failures.append(GateFailure(gate, mean, gates.fail_under, "quality"))
     if gates.min_pass_rate is not None:
-        rate = summary.pass_rate or 0.0
+        rate = summary.passed / total if total else 0.0
         if _below(rate, gates.min_pass_rate):
             failures.append(GateFailure("--min-pass-rate", rate, gates.min_pass_rate, "quality"))
     return failures

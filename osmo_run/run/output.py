@@ -7,17 +7,63 @@ import errno
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from osmo_run.errors import OutputError
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Raise :class:`OutputError` (one line naming ``what`` and ``path``) unless a file can
+    be written at ``path``: it is not a directory, and its nearest existing ancestor is a
+    directory this process may create entries in. Creates nothing; called before a run
+    starts so that a report path cannot fail after the rows ran."""
+    if path.is_dir():
+        raise OutputError(f"{what} {path}: is a directory; give a file path")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise OutputError(f"{what} {path}: not writable")
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(
+            f"{what} {path}: {ancestor} is a file, not a directory; give a path in a "
+            "directory that can be created"
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} {path}: cannot create files in {ancestor}")
+
+
+_NOT_MASKED = frozenset(
+    {
+        "schema_version",
+        "row_id",
+        "rollout_id",
+        "row_index",
+        "sample_index",
+        "line",
+        "attempt",
+        "status",
+        "error_category",
+        "error_phase",
+        "timings",
+        "usage",
+        "total_sec",
+    }
+)
+"""Record fields that hold ids, numbers or a fixed vocabulary, never a secret's text."""
 
 
 class OutputWriter:
     """Appends lines to ``path`` (created ``0600``: lines hold conversations).
 
     Every :meth:`write` reaches the OS before it returns, so a crash loses no finished row.
-    ``secrets`` are replaced by ``***`` wherever they appear in a line. Raises
-    :class:`OutputError` when the file cannot be opened or written (a full disk included);
-    what was written before stays valid, line by line.
+    ``secrets`` are masked by :meth:`mask_record` before a record is serialized, inside its
+    string values only: a line is never masked as text, where a short key (``1``, ``e``)
+    would hit field names, numbers and JSON syntax. Raises :class:`OutputError` when the
+    file cannot be opened or written (a full disk included); what was written before stays
+    valid, line by line.
     """
 
     def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
@@ -39,9 +85,39 @@ class OutputWriter:
                 text = text.replace(secret, "***")
         return text
 
+    def mask_values(self, value: Any) -> Any:
+        """``value`` (a JSON-like structure) with every secret replaced by ``***`` in each
+        string value; keys, numbers and the structure are left as they are."""
+        if isinstance(value, str):
+            return self.mask(value)
+        if isinstance(value, dict):
+            return {key: self.mask_values(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.mask_values(item) for item in value]
+        return value
+
+    def mask_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """An output record (or one of its ``attempts``) with secrets masked in the string
+        values of its free-text fields: messages, metrics, info, backend diagnostics, error
+        messages. The fields osmo-run fills from a fixed vocabulary (``status``,
+        ``error_category``, ...) or with numbers, and the ids that name the rollout (from
+        the dataset; ``--resume`` and ``report`` match rows by them), are left as they are.
+        Returns ``record`` itself when there is no secret."""
+        if not self._secrets:
+            return record
+        masked: dict[str, Any] = {}
+        for key, value in record.items():
+            if key == "attempts" and isinstance(value, list):
+                value = [self.mask_record(a) if isinstance(a, dict) else a for a in value]
+            elif key not in _NOT_MASKED:
+                value = self.mask_values(value)
+            masked[key] = value
+        return masked
+
     def write(self, line: str) -> None:
+        """Append ``line`` (one serialized record, already masked) and a newline."""
         # A lone surrogate (a \ud800 escape in the data) is written back as that JSON escape.
-        data = (self.mask(line) + "\n").encode("utf-8", "backslashreplace")
+        data = (line + "\n").encode("utf-8", "backslashreplace")
         view = memoryview(data)
         try:
             while view:

@@ -94,6 +94,23 @@ def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:
     }
 
 
+def attempts_before_rerun(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The :class:`AttemptRecord` list a recorded rollout that runs again starts with (a
+    rerun by ``--retry-errors``, a cancelled row resumed): the tries it had recorded, then
+    the recorded one itself, as an in-run retry would have listed them."""
+    earlier = [dict(a) for a in record.get("attempts") or [] if isinstance(a, dict)]
+    earlier.append(
+        {
+            "attempt": int(record.get("attempt") or len(earlier) + 1),
+            "error_category": record.get("error_category"),
+            "error_message": record.get("error_message"),
+            "error_phase": record.get("error_phase"),
+            "total_sec": float((record.get("timings") or {}).get("total_sec") or 0.0),
+        }
+    )
+    return earlier
+
+
 def record_dict(
     row_id: str,
     row_index: int,

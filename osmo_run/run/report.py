@@ -17,7 +17,7 @@ from rich.text import Text
 
 from osmo_run.errors import InputError
 from osmo_run.run.manifest import Manifest, read_manifest
-from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
 from osmo_run.run.spec import parse_shard
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 
@@ -27,10 +27,28 @@ class LoadedRun:
     paths: RunPaths
     manifest: Manifest | None
 
+    bad_lines: list[BadLine] = field(default_factory=list)
+    """Lines of the results file that are not records, found while reading it."""
+
     @classmethod
     def load(cls, target: Path) -> LoadedRun:
+        """The run at ``target``. Raises :class:`InputError` when there is none, or when
+        ``target`` is a file with no manifest beside it whose first line is not a result
+        record (a dataset, say)."""
         paths = RunPaths.locate(target)
-        return cls(paths, read_manifest(paths.manifest))
+        manifest = read_manifest(paths.manifest)
+        if manifest is None and not first_line_is_record(paths.results):
+            raise InputError(
+                f"{paths.results}: not an osmo-run results file (line 1 is not a result "
+                f"record, and there is no {paths.manifest.name} beside it); give a run "
+                "directory or its results file"
+            )
+        return cls(paths, manifest)
+
+    @property
+    def samples_per_row(self) -> int:
+        defining = self.manifest.defining if self.manifest else {}
+        return int(defining.get("samples_per_row", 1))
 
     @property
     def expected(self) -> int | None:
@@ -55,7 +73,8 @@ def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
     count = 0
     expected: int | None = 0
     for run in runs:
-        for record in iter_records(run.paths.results):
+        run.bad_lines.clear()
+        for record in iter_records(run.paths.results, run.bad_lines):
             builder.add_record(record)
             count += 1
         expected = None if expected is None or run.expected is None else expected + run.expected
@@ -85,12 +104,27 @@ def check_shards(runs: list[LoadedRun]) -> list[str]:
     return [f"{k}/{n}" for k in range(1, n + 1) if (k, n) not in parsed]
 
 
+def _bad_lines_text(run: LoadedRun, shown: int = 10) -> str:
+    listed = ", ".join(f"{b.number} ({b.reason})" for b in run.bad_lines[:shown])
+    more = f" and {len(run.bad_lines) - shown} more" if len(run.bad_lines) > shown else ""
+    return f"unreadable lines in {run.paths.results}, left out of this summary: {listed}{more}"
+
+
 def render_report(
-    summary: RunSummary, count: int, expected: int | None, missing_shards: list[str] | None = None
+    summary: RunSummary,
+    count: int,
+    expected: int | None,
+    missing_shards: list[str] | None = None,
+    runs: list[LoadedRun] | None = None,
 ) -> RenderableType:
+    """The summary of ``runs`` (read by :func:`summarize`), with what is missing from it:
+    shards, unreadable lines (by number), rollouts not recorded."""
     from osmo_run.run.display import render_summary
 
     parts: list[RenderableType] = [render_summary(summary)]
+    damaged = [run for run in runs or [] if run.bad_lines]
+    for run in damaged:
+        parts.append(Text(_bad_lines_text(run), style="red"))
     if missing_shards:
         parts.append(
             Text(
@@ -99,22 +133,52 @@ def render_report(
             )
         )
     if expected is not None and count < expected:
+        advice = (
+            "remove the unreadable lines, then `--resume` runs the rest"
+            if damaged
+            else "`--resume` runs the rest"
+        )
         parts.append(
-            Text(
-                f"partial run: {count} of {expected} rollouts recorded; `--resume` runs the rest",
-                style="yellow",
-            )
+            Text(f"partial run: {count} of {expected} rollouts recorded; {advice}", style="yellow")
         )
     return Group(*parts)
 
 
-def _key(record: dict[str, Any]) -> tuple[str, int]:
-    return str(record["row_id"]), int(record.get("sample_index", 0))
+@dataclass
+class RowOutcome:
+    """What one run did with one row, over all its samples."""
+
+    samples: int = 0
+    reward_sum: float = 0.0
+    """Rewards summed, a rollout without one counted as 0."""
+    passes: int = 0
+    reward: float | None = None
+    """The reward of the row's one sample (``None``: not rewarded)."""
+
+    def add(self, record: dict[str, Any], threshold: float) -> None:
+        reward = record.get("reward") if record.get("status") == "success" else None
+        self.samples += 1
+        self.reward = reward if self.samples == 1 else None
+        self.reward_sum += reward or 0.0
+        self.passes += reward is not None and reward >= threshold
+
+    @property
+    def mean(self) -> float:
+        return self.reward_sum / self.samples if self.samples else 0.0
+
+    @property
+    def passed(self) -> bool:
+        """At least half the row's samples passed (with one sample: it passed)."""
+        return self.samples > 0 and 2 * self.passes >= self.samples
+
+    def shown(self) -> float | None:
+        """The reward shown for the row: its sample's, or the mean over its samples."""
+        return self.reward if self.samples == 1 else self.mean
 
 
 @dataclass
 class Comparison:
-    """How run B differs from run A, row by row."""
+    """How run B differs from run A, row by row, each row over all its samples."""
 
     only_a: int = 0
     only_b: int = 0
@@ -125,40 +189,42 @@ class Comparison:
     categories_a: Counter[str] = field(default_factory=Counter)
     categories_b: Counter[str] = field(default_factory=Counter)
     mean_delta: float | None = None
+    samples: tuple[int, int] = (1, 1)
+    """Samples per row of A and of B (from their manifests)."""
+
+
+def _outcomes(run: LoadedRun, threshold: float, categories: Counter[str]) -> dict[str, RowOutcome]:
+    """Each row's outcome in ``run``; counts its error categories into ``categories``."""
+    rows: dict[str, RowOutcome] = {}
+    for record in iter_records(run.paths.results):
+        if record.get("error_category"):
+            categories[str(record["error_category"])] += 1
+        rows.setdefault(str(record["row_id"]), RowOutcome()).add(record, threshold)
+    return rows
 
 
 def compare(a: LoadedRun, b: LoadedRun, threshold: float = 1.0) -> Comparison:
-    """Rows that flipped between pass and fail, reward changes, and the histogram change."""
-    first = {_key(r): r for r in iter_records(a.paths.results)}
-    result = Comparison()
-    seen: set[tuple[str, int]] = set()
+    """Rows that flipped between pass and fail, reward changes, and the histogram change.
+    Each row is compared over all its samples, so runs with different ``--samples`` are
+    compared fairly (pairing sample 0 with sample 0 would ignore the rest)."""
+    result = Comparison(samples=(a.samples_per_row, b.samples_per_row))
+    first = _outcomes(a, threshold, result.categories_a)
+    second = _outcomes(b, threshold, result.categories_b)
     delta_sum = 0.0
-    for record in iter_records(b.paths.results):
-        key = _key(record)
-        seen.add(key)
-        if record.get("error_category"):
-            result.categories_b[str(record["error_category"])] += 1
-        before = first.get(key)
+    for name, after in second.items():
+        before = first.get(name)
         if before is None:
             result.only_b += 1
             continue
         result.common += 1
-        name = key[0] if key[1] == 0 else f"{key[0]}~{key[1]}"
-        reward_a, reward_b = before.get("reward"), record.get("reward")
-        passed_a = reward_a is not None and reward_a >= threshold
-        passed_b = reward_b is not None and reward_b >= threshold
-        if passed_b and not passed_a:
+        if after.passed and not before.passed:
             result.newly_passing.append(name)
-        elif passed_a and not passed_b:
+        elif before.passed and not after.passed:
             result.newly_failing.append(name)
-        if reward_a != reward_b:
-            result.reward_deltas.append((name, reward_a, reward_b))
-        delta_sum += (reward_b or 0.0) - (reward_a or 0.0)
-    for key, record in first.items():
-        if record.get("error_category"):
-            result.categories_a[str(record["error_category"])] += 1
-        if key not in seen:
-            result.only_a += 1
+        if before.shown() != after.shown():
+            result.reward_deltas.append((name, before.shown(), after.shown()))
+        delta_sum += after.mean - before.mean
+    result.only_a = sum(1 for name in first if name not in second)
     result.mean_delta = delta_sum / result.common if result.common else None
     return result
 
@@ -173,6 +239,14 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
         "rows",
         f"{diff.common} in both · {diff.only_a} only in A · {diff.only_b} only in B",
     )
+    if diff.samples != (1, 1):
+        samples_a, samples_b = diff.samples
+        table.add_row(
+            "samples",
+            f"A has {samples_a} samples per row, B {samples_b}: each row is compared over all "
+            "its samples (mean reward, no reward = 0; it passes when at least half its "
+            "samples pass)",
+        )
     delta = "-" if diff.mean_delta is None else f"{diff.mean_delta:+.3g}"
     table.add_row("reward", f"mean change B - A over common rows: {delta} (no reward = 0)")
 

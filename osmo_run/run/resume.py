@@ -4,18 +4,31 @@ to run again, and the statistics of the kept ones (``--resume``, ``--retry-error
 :func:`prepare_run_dir` is the only step before the run that changes files: it repairs a
 torn last line, moves rollouts to rerun into the attempts file, or clears the run with
 ``--overwrite``. It refuses (:class:`~osmo_run.errors.InputError`) to continue a run whose
-defining fields changed.
+defining fields changed. ``--resume`` where there is no run yet starts one (a requeued job
+repeats one command); ``--retry-errors`` alone with nothing to retry is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from osmo_run.errors import InputError, OutputError
 from osmo_run.run.manifest import Manifest, read_manifest
+from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
-from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
+from osmo_run.run.records import attempts_before_rerun
+from osmo_run.run.runfiles import (
+    BadLine,
+    RunPaths,
+    iter_records,
+    repair_torn_tail,
+    rewrite_without,
+)
 from osmo_run.run.summary import SummaryBuilder
 
 
@@ -34,6 +47,11 @@ class ResumeState:
     kept: int = 0
     rerun: int = 0
     repaired: bool = False
+    note: str | None = None
+    """What the display says first (``--resume`` found no run and starts one)."""
+    earlier: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per rollout position (row index x samples + sample) that runs again, the attempts
+    its record held (:func:`~osmo_run.run.records.attempts_before_rerun`)."""
 
     def skip(self, samples: int) -> Callable[[int, int], bool] | None:
         """``skip(row_index, sample_index)``: whether that rollout is not to run now."""
@@ -43,6 +61,12 @@ class ResumeState:
         if done is not None:
             return lambda row, sample: _bit(done, row * samples + sample)
         return None
+
+    def earlier_attempts(self, samples: int) -> Callable[[int, int], list[dict[str, Any]] | None]:
+        """``earlier(row_index, sample_index)``: the attempts a rollout that runs again
+        starts with (``None`` for one that never ran)."""
+        earlier = self.earlier
+        return lambda row, sample: earlier.get(row * samples + sample)
 
     def to_run(self, rollouts: int) -> int:
         """How many of the plan's ``rollouts`` this invocation runs."""
@@ -70,17 +94,20 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
         raise OutputError(
             f"{paths.results}: --output names a directory; give a file path like x.jsonl"
         )
+    check_writable(paths.results, "--output")
     has_results = paths.results.exists() and paths.results.stat().st_size > 0
     continuing = settings.resume or settings.retry_errors is not None
     if settings.overwrite:
+        _remove_old_artifacts(plan)
         for path in (paths.results, paths.summary, paths.manifest, paths.attempts):
             path.unlink(missing_ok=True)
         return ResumeState(stats)
     if not has_results:
-        if continuing:
-            raise InputError(_nothing_to_continue(plan))
+        if continuing and not settings.resume:  # --retry-errors alone: nothing to retry
+            raise InputError(_no_run_here(plan))
         paths.results.unlink(missing_ok=True)
-        return ResumeState(stats)
+        # --resume with no run to continue starts it: the one command a requeued job repeats
+        return ResumeState(stats, note=_no_run_here(plan) if settings.resume else None)
     if not continuing:
         raise OutputError(
             f"{paths.results}: already holds results of this run; pass --resume to continue "
@@ -88,6 +115,30 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
         )
     _check_same_run(paths, plan.manifest)
     return _kept_and_rerun(plan, ResumeState(stats, repaired=repair_torn_tail(paths.results)))
+
+
+def _remove_old_artifacts(plan: RunPlan) -> None:
+    """For ``--overwrite``: remove ``artifacts/<rollout>`` of every rollout the old run
+    recorded (results and attempts) or this one will run, so that no file of the old run
+    is mistaken for this one's. Other entries of ``artifacts/`` (the directory may be shared
+    when ``--output`` names one) are left alone."""
+    artifacts = plan.paths.artifacts
+    if not artifacts.is_dir():
+        return
+    present = {entry.name for entry in artifacts.iterdir()}  # names: no id reaches outside
+    stale: set[str] = set()
+    for source in (plan.paths.results, plan.paths.attempts):
+        if source.is_file():
+            stale.update(str(record.get("rollout_id")) for record in iter_records(source))
+    for row in plan.dataset.rows():
+        if plan.samples == 1:
+            stale.add(row.row_id)
+        else:
+            stale.update(f"{row.row_id}~{k}" for k in range(plan.samples))
+    for name in present & stale:
+        shutil.rmtree(artifacts / name, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        artifacts.rmdir()  # only when nothing else is left in it
 
 
 def _check_same_run(paths: RunPaths, manifest: Manifest) -> None:
@@ -115,7 +166,8 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     done = bytearray()
     # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
     only = bytearray() if not plan.settings.resume else None
-    for record in iter_records(plan.paths.results):
+    bad: list[BadLine] = []
+    for record in iter_records(plan.paths.results, bad):
         status = record.get("status")
         sample = int(record.get("sample_index", 0))
         position = int(record.get("row_index", 0)) * samples + sample
@@ -126,23 +178,37 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         )
         if rerun:
             drop.add((str(record["row_id"]), sample))
+            state.earlier[position] = attempts_before_rerun(record)
             if only is not None:
                 _set_bit(only, position)
         else:
             _set_bit(done, position)
             state.stats.add_record(record)
             state.kept += 1
+    if bad:  # continuing would keep a line that no reader understands, silently
+        raise InputError(_bad_line_message(plan.paths.results, bad[0]))
     state.rerun = rewrite_without(plan.paths, drop)
     state.done, state.only = done, only
     return state
 
 
-def _nothing_to_continue(plan: RunPlan) -> str:
-    """Why there is no run to continue, with what changed against the latest run of the
-    same dataset when one exists next to where this run would be."""
+def _bad_line_message(results: Path, bad: BadLine) -> str:
+    detail = "" if bad.reason == "not a result record" else f" ({bad.reason})"
+    return (
+        f"{results}:{bad.number}: not a result record{detail}; remove the line (its rollout "
+        "then runs again) or pass --overwrite to start over"
+    )
+
+
+def _no_run_here(plan: RunPlan) -> str:
+    """That there is no run with these settings to continue; for ``--resume``, that one
+    starts, and for both what changed against the latest run of the same dataset when one
+    exists next to where this run would be."""
     settings, paths, manifest = plan.settings, plan.paths, plan.manifest
     flag = "--resume" if settings.resume else "--retry-errors"
     message = f"{flag}: no run with these settings at {paths.directory}"
+    if settings.resume:
+        message += "; starting one"
     if settings.output is not None:
         return message
     candidates = [
@@ -156,9 +222,14 @@ def _nothing_to_continue(plan: RunPlan) -> str:
             continue
         if previous is not None and "regrade_of" not in previous.defining:  # not resumable
             changes = manifest.differences(previous)
+            advice = (
+                ""
+                if settings.resume
+                else "\nrestore those settings to continue it, or run "
+                "without the flag to start a new run"
+            )
             return (
                 f"{message}; the latest run of this dataset, {candidate.parent}, differs in "
-                "what defines its results:\n" + "\n".join(changes) + "\nrestore those "
-                "settings to continue it, or run without the flag to start a new run"
+                "what defines its results:\n" + "\n".join(changes) + advice
             )
-    return message + "; run without the flag to start it"
+    return message if settings.resume else message + "; run without the flag to start it"

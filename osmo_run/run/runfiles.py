@@ -97,21 +97,52 @@ def repair_torn_tail(path: Path) -> bool:
         return True
 
 
-def iter_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield each complete record of a results file; a torn or unreadable line (a crash
-    mid-write) is skipped, never fatal. Raises :class:`InputError` if the file is missing."""
+@dataclass(frozen=True)
+class BadLine:
+    """A complete line of a results file that is not a result record."""
+
+    number: int
+    reason: str
+    """``not valid JSON`` or ``not a result record``."""
+
+
+def is_record(value: object) -> bool:
+    """Whether a decoded line is a result record (see :mod:`osmo_run.run.records`)."""
+    return isinstance(value, dict) and "row_id" in value and "status" in value
+
+
+def iter_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[dict[str, Any]]:
+    """Yield each complete record of a results file. A torn last line (a crash mid-write)
+    ends the file; any other line that is not a record is left out and, when ``bad`` is
+    given, appended to it with its number. Raises :class:`InputError` if the file is
+    missing."""
     if not path.is_file():
         raise InputError(f"{path}: results file not found")
     with open(path, "rb") as handle:
-        for raw in handle:
+        for number, raw in enumerate(handle, start=1):
             if not raw.endswith(b"\n"):
                 return  # torn tail: the row had not finished being written
             try:
                 record = json.loads(raw)
             except ValueError:
+                if bad is not None:
+                    bad.append(BadLine(number, "not valid JSON"))
                 continue
-            if isinstance(record, dict) and "row_id" in record:
+            if is_record(record):
                 yield record
+            elif bad is not None:
+                bad.append(BadLine(number, "not a result record"))
+
+
+def first_line_is_record(path: Path) -> bool:
+    """Whether the first complete line of ``path`` is a result record (an empty file's
+    is not)."""
+    with open(path, "rb") as handle:
+        first = handle.readline()
+    try:
+        return first.endswith(b"\n") and is_record(json.loads(first))
+    except ValueError:
+        return False
 
 
 def rewrite_without(paths: RunPaths, drop: set[tuple[str, int]]) -> int:

@@ -41,12 +41,14 @@ class WorkItem:
     """One rollout to run: a dataset row, or one sample of it.
 
     ``request`` is ``None`` for a bad row recorded as a validation error; its id is the
-    row id, suffixed ``~k`` per sample when a row runs more than once.
+    row id, suffixed ``~k`` per sample when a row runs more than once. ``earlier`` lists
+    the attempts an earlier invocation recorded for it (a rerun continues their count).
     """
 
     row: DatasetRow
     sample_index: int
     request: ExecutionRequest | None
+    earlier: list[dict[str, Any]] | None = None
 
     @property
     def rollout_id(self) -> str:
@@ -57,9 +59,11 @@ def work_items(
     rows: Iterable[DatasetRow],
     samples_per_row: int = 1,
     skip: Callable[[int, int], bool] | None = None,
+    earlier: Callable[[int, int], list[dict[str, Any]] | None] | None = None,
 ) -> Iterator[WorkItem]:
     """Every ``(row, sample)`` to run, in dataset order, leaving out those ``skip(row_index,
-    sample_index)`` says are done."""
+    sample_index)`` says are done; ``earlier(row_index, sample_index)`` gives the attempts
+    an earlier invocation recorded for one that runs again."""
     for row in rows:
         for sample_index in range(samples_per_row):
             if skip is not None and skip(row.index, sample_index):
@@ -67,7 +71,8 @@ def work_items(
             request = row.request
             if request is not None and samples_per_row > 1:
                 request = dataclasses.replace(request, id=f"{request.id}~{sample_index}")
-            yield WorkItem(row, sample_index, request)
+            before = earlier(row.index, sample_index) if earlier is not None else None
+            yield WorkItem(row, sample_index, request, before)
 
 
 @dataclass
@@ -146,6 +151,7 @@ class Runner:
             record = record_dict(
                 row.row_id, row.index, row.line, result, item.sample_index, attempt, attempts
             )
+            record = self._writer.mask_record(record)
             return record, record_line(record)
 
         try:
@@ -194,8 +200,8 @@ class Runner:
 
     async def _run_one(self, flight: _Flight) -> None:
         item = flight.item
-        attempts: list[dict[str, Any]] = []
-        attempt = 1
+        attempts: list[dict[str, Any]] = list(item.earlier or [])
+        first = attempt = len(attempts) + 1  # a rerun continues an earlier run's count
         waited = 0.0
         try:
             if item.request is None:
@@ -206,15 +212,18 @@ class Runner:
                 return
             while True:
                 result = await self._attempt(item)
+                tries = attempt - first + 1  # the retry policy counts this invocation's
                 if self._interrupted or not self._retry.retries(
-                    result.error_category, attempt, waited
+                    result.error_category, tries, waited
                 ):
                     break
-                delay = self._retry.delay_sec(attempt)
+                delay = self._retry.delay_sec(tries)
+                if result.error_message:  # shown by the display before it is recorded
+                    result.error_message = self._writer.mask(result.error_message)
                 attempts.append(attempt_dict(attempt, result))
                 attempt += 1
                 self._display.row_retrying(
-                    item.rollout_id, attempt, self._retry.max_attempts, delay, result
+                    item.rollout_id, tries + 1, self._retry.max_attempts, delay, result
                 )
                 await asyncio.sleep(delay)
                 waited += delay

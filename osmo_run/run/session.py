@@ -18,7 +18,7 @@ from rich.console import Console
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode
 from osmo_run.run.display import Display, make_display
-from osmo_run.run.finish import exit_code_for, finish_run, write_summary
+from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
 from osmo_run.run.interrupts import interrupts_handled
 from osmo_run.run.manifest import write_manifest
 from osmo_run.run.output import OutputWriter
@@ -41,6 +41,7 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
+    check_report_paths(plan)  # before any file changes: a report must not fail at the end
     state = prepare_run_dir(plan)
     if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)
         console = Console(file=console.file, highlight=False, color_system=None)
@@ -53,6 +54,8 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         if settings.json_summary:
             started.enter_context(contextlib.redirect_stdout(sys.stderr))
         summary = _run_rows(plan, state, backend, display)
+    if summary.stopped_early:  # what fail-fast left unstarted counts against the gates
+        summary.not_run = max(state.kept + state.to_run(plan.rollouts) - summary.total, 0)
     title = settings.description + plan.model_note
     return finish_run(plan, summary, console, title)
 
@@ -128,7 +131,14 @@ def _run_rows(
                 display.start(
                     state.to_run(plan.rollouts), _describe(plan, state, backend.max_concurrency)
                 )
-                items = work_items(plan.dataset.rows(), plan.samples, state.skip(plan.samples))
+                if state.note:
+                    display.message(state.note)
+                items = work_items(
+                    plan.dataset.rows(),
+                    plan.samples,
+                    state.skip(plan.samples),
+                    state.earlier_attempts(plan.samples),
+                )
                 try:
                     return await runner.run(items)
                 finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend
+from osmo_run.errors import InputError
 from osmo_run.run.gates import Gates
 from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.spec import RunSpec
@@ -45,6 +46,14 @@ class RunSettings:
     """Run a fixed random subset of this many rows, with short timeouts and fail-fast."""
     seed: int = 0
     fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        """Raise :class:`~osmo_run.errors.InputError` for flags that contradict each other."""
+        if self.overwrite and (self.resume or self.retry_errors is not None):
+            flag = "--resume" if self.resume else "--retry-errors"
+            raise InputError(
+                f"{flag} keeps the finished rows and --overwrite deletes them; pass one of them"
+            )
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,12 @@ class JudgeSpec(LLMSpec):
 class TimeoutsSpec(_Strict):
     """Deadlines per row, in seconds; ``null`` means none."""
 
-    agent_sec: float | None = Field(default=600.0, gt=0, description="Workflow deadline")
-    grader_sec: float | None = Field(default=120.0, gt=0, description="Grader deadline")
+    agent_sec: float | None = Field(
+        default=600.0, gt=0, allow_inf_nan=False, description="Workflow deadline"
+    )
+    grader_sec: float | None = Field(
+        default=120.0, gt=0, allow_inf_nan=False, description="Grader deadline"
+    )
 
 
 class RetrySpec(_Strict):
@@ -210,7 +214,9 @@ class RunSpec(_Strict):
     )
     samples_per_row: int = Field(default=1, ge=1, description="Rollouts per row (for pass@k)")
     pass_threshold: float = Field(
-        default=1.0, description="A rollout passes when its reward is at least this"
+        default=1.0,
+        allow_inf_nan=False,
+        description="A rollout passes when its reward is at least this",
     )
     retries: RetrySpec = Field(default_factory=RetrySpec)
     isolation: Literal["none", "process"] = Field(
@@ -255,12 +261,16 @@ class RunSpec(_Strict):
             config.concurrency.max_concurrent = self.concurrency
         return config
 
-    def build_grader_config(self, tolerate_missing_deps: bool = False) -> GraderConfig:
+    def build_grader_config(
+        self, tolerate_missing_deps: bool = False, judge_given: bool | None = None
+    ) -> GraderConfig:
         """The grader config, its settings checked by the grader itself (see
         :func:`check_grader_settings`); :class:`SpecError` if invalid.
 
         ``tolerate_missing_deps``: the grader runs elsewhere (a Harbor trial), whose
-        environment may have an optional library this host lacks.
+        environment may have an optional library this host lacks. ``judge_given``: whether
+        the spec gives a judge section (default: whether ``judge`` is set; validation sets an
+        invalid one aside but it was given all the same).
         """
         try:
             config = GraderConfig.from_dict(self.grader_config)
@@ -270,7 +280,7 @@ class RunSpec(_Strict):
             check_grader_settings(
                 self.grader,
                 config.settings,
-                judge=self.judge is not None,
+                judge=self.judge is not None if judge_given is None else judge_given,
                 tolerate_missing_deps=tolerate_missing_deps,
             )
         return config

@@ -122,10 +122,15 @@ class RunSummary:
     all_estimate: MeanEstimate | None = None
     pass_threshold: float = 1.0
     passed: int = 0
+    pass_estimate: MeanEstimate | None = None
+    """The pass rate with its Wilson interval (clustered by row with several samples)."""
     pass_at_k: dict[int, float | None] = field(default_factory=dict)
     samples_per_row: int = 1
     stopped_early: bool = False
     """Fail-fast stopped dispatching after a failed rollout."""
+    not_run: int = 0
+    """Rollouts of the run that fail-fast left unstarted; the gates count them as failed
+    (``total`` counts only the recorded ones)."""
     usage: UsageSummary | None = None
     """The workflows' model tokens and calls; ``None`` when no rollout reported any."""
     grader_usage: UsageSummary | None = None
@@ -158,6 +163,7 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         graded = self.graded_estimate or estimate_mean(0, 0.0, 0.0)
         everything = self.all_estimate or estimate_mean(0, 0.0, 0.0)
+        pass_rate = self.pass_estimate or estimate_mean(0, 0.0, 0.0)
         return {
             "schema_version": 1,
             "total": self.total,
@@ -178,6 +184,8 @@ class RunSummary:
                 "threshold": self.pass_threshold,
                 "passed": self.passed,
                 "rate": self.pass_rate,
+                "ci95": pass_rate.to_dict()["ci95"],
+                "ci_method": pass_rate.method,
                 "pass_at_k": {str(k): v for k, v in self.pass_at_k.items()},
             },
             "samples_per_row": self.samples_per_row,
@@ -189,15 +197,21 @@ class RunSummary:
             "output": self.output,
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
+            "not_run": self.not_run,
             "usage": None if self.usage is None else self.usage.to_dict(),
             "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
         }
 
 
+_ROLLOUTS, _PASSED, _GRADED, _REWARD_SUM = range(4)
+"""The fields of a row's entry in ``SummaryBuilder._per_row``."""
+
+
 class SummaryBuilder:
-    """Accumulates finished rollouts. Memory does not grow with the run's length but for a
-    pass count per row when ``samples_per_row > 1`` (for pass@k): durations and token counts
-    go to bounded :class:`~osmo_run.run.quantiles.QuantileSketch` es."""
+    """Accumulates finished rollouts. Memory does not grow with the run's length but for four
+    numbers per row when ``samples_per_row > 1`` (rollouts, passes, graded and reward sum:
+    pass@k and the standard errors clustered by row): durations and token counts go to
+    bounded :class:`~osmo_run.run.quantiles.QuantileSketch` es."""
 
     def __init__(self, pass_threshold: float = 1.0, samples_per_row: int = 1) -> None:
         self.pass_threshold = pass_threshold
@@ -212,7 +226,10 @@ class SummaryBuilder:
         self._reward_min: float | None = None
         self._reward_max: float | None = None
         self._passed = 0
-        self._per_row: dict[int, list[int]] = {}
+        self._binary = True
+        """Every reward so far is 0 or 1 (the mean is a proportion: Wilson intervals)."""
+        self._per_row: dict[int, list[float]] = {}
+        """Per row (samples_per_row > 1): [rollouts, passed, graded, reward sum]."""
         self._usage = UsageTally()
         self._grader_usage = UsageTally()
 
@@ -249,6 +266,7 @@ class SummaryBuilder:
             self._graded += 1
             self._reward_sum += reward
             self._reward_sq += reward * reward
+            self._binary = self._binary and reward in (0.0, 1.0)
             if self._reward_min is None or reward < self._reward_min:
                 self._reward_min = reward
             if self._reward_max is None or reward > self._reward_max:
@@ -256,9 +274,12 @@ class SummaryBuilder:
             passed = reward >= self.pass_threshold
             self._passed += passed
         if self.samples_per_row > 1:
-            counts = self._per_row.setdefault(row_index, [0, 0])
-            counts[0] += 1
-            counts[1] += passed
+            counts = self._per_row.setdefault(row_index, [0, 0, 0, 0.0])
+            counts[_ROLLOUTS] += 1
+            counts[_PASSED] += passed
+            if reward is not None and status == "success":
+                counts[_GRADED] += 1
+                counts[_REWARD_SUM] += reward
 
     def add_record(self, record: dict[str, Any]) -> None:
         """Count one output-file record (see :mod:`osmo_run.run.records`)."""
@@ -273,11 +294,43 @@ class SummaryBuilder:
             LLMUsage.from_dict(record.get("grader_usage")),
         )
 
+    def _clusters(self, count_at: int, sum_at: int) -> list[tuple[float, float]] | None:
+        """``(count, sum)`` per row for a standard error clustered by row, from the
+        per-row fields at ``count_at`` and ``sum_at``; ``None`` with one sample per row."""
+        if self.samples_per_row == 1:
+            return None
+        return [(row[count_at], row[sum_at]) for row in self._per_row.values() if row[count_at]]
+
+    def _reward_estimate(self, graded_only: bool) -> MeanEstimate:
+        """The mean reward over graded rollouts, or over all with the others as 0; its
+        interval is clipped to the values observed (0 included when some are ungraded)."""
+        n = self._graded if graded_only else self.finished
+        if not self._graded:  # nothing graded: 0 by construction, nothing to estimate
+            return MeanEstimate(n, 0.0 if n else None, None, None, None)
+        low, high = self._reward_min, self._reward_max
+        if not graded_only and n > self._graded:
+            low, high = min(low or 0.0, 0.0), max(high or 0.0, 0.0)
+        return estimate_mean(
+            n,
+            self._reward_sum,
+            self._reward_sq,
+            low=low,
+            high=high,
+            binary=self._binary,
+            clusters=self._clusters(_GRADED if graded_only else _ROLLOUTS, _REWARD_SUM),
+        )
+
+    def _pass_estimate(self, total: int) -> MeanEstimate:
+        if not self._graded:  # no reward could reach the threshold: no rate to estimate
+            return MeanEstimate(total, 0.0 if total else None, None, None, None)
+        clusters = self._clusters(_ROLLOUTS, _PASSED)
+        return estimate_mean(total, self._passed, self._passed, binary=True, clusters=clusters)
+
     def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
         durations = self._durations
         total = durations.count
         if self.samples_per_row > 1:
-            rows = [(n, c) for n, c in self._per_row.values()]
+            rows = [(int(n), int(c)) for n, c, _, _ in self._per_row.values()]
             pass_k = {k: mean_pass_at_k(rows, k) for k in pass_at_k_ks(self.samples_per_row)}
         else:
             pass_k = {1: self._passed / total if total else None}
@@ -295,10 +348,11 @@ class SummaryBuilder:
             grader_skipped=dict(self._skipped.most_common()),
             output=output,
             interrupted=interrupted,
-            graded_estimate=estimate_mean(self._graded, self._reward_sum, self._reward_sq),
-            all_estimate=estimate_mean(total, self._reward_sum, self._reward_sq),
+            graded_estimate=self._reward_estimate(graded_only=True),
+            all_estimate=self._reward_estimate(graded_only=False),
             pass_threshold=self.pass_threshold,
             passed=self._passed,
+            pass_estimate=self._pass_estimate(total),
             pass_at_k=pass_k,
             samples_per_row=self.samples_per_row,
             usage=self._usage.summary(),

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -33,7 +34,11 @@ class Validation:
     problems: list[str] = field(default_factory=list)
 
 
-def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
+def _check_imports(
+    spec: RunSpec, result: Validation, harbor: bool, set_aside: frozenset[str] = frozenset()
+) -> None:
+    """Import the workflow and grader, build their configs, check the model sections.
+    ``set_aside``: invalid fields left out of ``spec`` (their problems are listed already)."""
     ensure_on_path(spec.code_dir or Path.cwd())
     for field_name, base in (("workflow", AgentWorkflow), ("grader", Grader)):
         path = getattr(spec, field_name)
@@ -49,7 +54,12 @@ def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
                 result.problems.append(str(exc))
         except OsmoRunError as exc:
             result.problems.append(str(exc))
-    checks = (spec.build_workflow_config, lambda: spec.build_grader_config(harbor))
+    judge_given = spec.judge is not None or "judge" in set_aside
+
+    def grader_config() -> object:
+        return spec.build_grader_config(harbor, judge_given=judge_given)
+
+    checks = (spec.build_workflow_config, grader_config)
     for check in checks:  # harbor: a grader's extra may be in the trial image only
         try:
             check()
@@ -68,24 +78,43 @@ def _check_imports(spec: RunSpec, result: Validation, harbor: bool) -> None:
             result.problems.append(str(exc))
 
 
-def _without_bad_fields(spec_path: Path) -> RunSpec | None:
+def _without_bad_fields(spec_path: Path) -> tuple[RunSpec | None, frozenset[str]]:
     """The spec with its invalid top-level fields left out (their problems are already
-    listed), so the checks that do not depend on them still run; ``None`` if that fails."""
+    listed), so the checks that do not depend on them still run, and the fields left out;
+    ``None`` if that fails."""
     try:
         data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
+        return None, frozenset()
     if not isinstance(data, dict):
-        return None
+        return None, frozenset()
+    bad: frozenset[str] = frozenset()
     try:
         RunSpec.model_validate(data)
     except ValidationError as exc:
-        bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
+        bad = frozenset(str(error["loc"][0]) for error in exc.errors() if error["loc"])
         data = {key: value for key, value in data.items() if key not in bad}
     try:
-        return _anchor_paths(RunSpec.model_validate(data), spec_path.parent)
+        return _anchor_paths(RunSpec.model_validate(data), spec_path.parent), bad
     except ValidationError:
-        return None
+        return None, bad
+
+
+def problems_beyond_fields(
+    spec_path: Path, harbor: bool = False, updates: dict[str, Any] | None = None
+) -> list[str]:
+    """What :func:`validate` finds in a spec beyond its invalid fields, once those are set
+    aside: the workflow and grader imports, the configs and the ``llm`` section
+    (``updates``: command-line values laid over the spec first). A run refused for its
+    spec lists these too, so it names as many problems as ``osmo-run validate``."""
+    spec, set_aside = _without_bad_fields(spec_path)
+    if spec is None:
+        return []
+    if updates:
+        spec = spec.model_copy(update=updates)
+    result = Validation()
+    _check_imports(spec, result, harbor, set_aside)
+    return result.problems
 
 
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
@@ -115,7 +144,8 @@ def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation)
         result.problems.append(
             f"{dataset_path}: {len(problems) - MAX_ROW_PROBLEMS} more bad rows not listed"
         )
-    result.checked.append(f"dataset {dataset_path}: {count} rows, {len(problems)} bad")
+    if not problems:  # with bad rows, the dataset is not "ok": its problems say why
+        result.checked.append(f"dataset {dataset_path}: {count} rows")
 
 
 def _check_environment(env: str, result: Validation) -> None:
@@ -170,15 +200,16 @@ def validate(
     """Run every check that applies and collect the problems; never raises for bad input."""
     result = Validation()
     spec: RunSpec | None = None
+    set_aside: frozenset[str] = frozenset()
     if spec_path is not None:
         try:
             spec = load_spec(spec_path)
             result.checked.append(f"spec {spec_path}")
         except OsmoRunError as exc:
             result.problems += str(exc).splitlines()
-            spec = _without_bad_fields(spec_path)
+            spec, set_aside = _without_bad_fields(spec_path)
     if spec is not None:
-        _check_imports(spec, result, harbor=harbor or task_dir is not None)
+        _check_imports(spec, result, harbor or task_dir is not None, set_aside)
     if dataset_path is not None:
         _check_dataset(dataset_path, spec, result)
     task = task_dir or (spec.harbor.task_dir if spec is not None and harbor else None)

@@ -19,7 +19,7 @@ from osmo_run.view import charts
 from osmo_run.view.index import RowIndex
 from osmo_run.view.summary import run_summary
 
-VERSION = 1
+VERSION = 2
 
 
 @dataclass
@@ -38,14 +38,15 @@ def compute(index: RowIndex, threshold: float, samples: int, output: str) -> Der
 
 
 def _summary_from(data: dict[str, Any]) -> RunSummary:
-    for key in ("graded_estimate", "all_estimate"):
+    for key in ("graded_estimate", "all_estimate", "pass_estimate"):
         if data.get(key) is not None:
             data[key] = MeanEstimate(**data[key])
-    if data.get("usage") is not None:
-        usage = data["usage"]
-        for key in ("prompt_per_rollout", "completion_per_rollout", "total_per_rollout"):
-            usage[key] = tuple(usage[key])
-        data["usage"] = UsageSummary(**usage)
+    for key in ("usage", "grader_usage"):
+        if data.get(key) is not None:
+            usage = data[key]
+            for spread in ("prompt_per_rollout", "completion_per_rollout", "total_per_rollout"):
+                usage[spread] = tuple(usage[spread])
+            data[key] = UsageSummary(**usage)
     data["pass_at_k"] = {int(k): v for k, v in data["pass_at_k"].items()}
     return RunSummary(**data)
 

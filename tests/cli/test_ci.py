@@ -22,7 +22,16 @@ from typer.testing import CliRunner
 
 from osmo_run.errors import ExitCode
 from osmo_run.run.settings import RunSettings
-from tests.conftest import CLI, OSMO_RUN, REPO, Row, cli_env, jsonl_bytes, read_jsonl
+from tests.conftest import (
+    CLI,
+    OSMO_RUN,
+    REPO,
+    Row,
+    cli_env,
+    error_lines,
+    jsonl_bytes,
+    read_jsonl,
+)
 
 WriteJsonl = Callable[..., Path]
 SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
@@ -149,6 +158,15 @@ def test_all_rollouts_succeeding_exits_0_whatever_their_rewards(
         (("--max-errors", "timeouts=1"), "--max-errors: 'timeouts' is not an error category"),
         (("--max-error-rate", "bogus=0.1"), "--max-error-rate: 'bogus' is not an error categ"),
         (("--fail-under", "high"), "Invalid value for '--fail-under'"),
+        # a gate that can never fail, or never pass, is refused with its range
+        (("--fail-under", "nan"), "--fail-under: nan must be a finite mean reward"),
+        (("--fail-under", "inf"), "--fail-under: inf must be a finite mean reward"),
+        (("--min-pass-rate", "nan"), "--min-pass-rate: nan must be a fraction from 0 to 1"),
+        (("--min-pass-rate", "2"), "--min-pass-rate: 2 must be a fraction from 0 to 1"),
+        (("--min-pass-rate", "-0.5"), "--min-pass-rate: -0.5 must be a fraction from 0 to 1"),
+        (("--spec", "nan-spec.yaml"), "field 'pass_threshold': Input should be a finite number"),
+        (("--agent-timeout", "inf"), "field 'timeouts.agent_sec': Input should be a finite numb"),
+        (("--agent-timeout", "nan"), "field 'timeouts.agent_sec': Input should be a finite numb"),
     ],
 )
 def test_invalid_input_exits_2_before_anything_runs(
@@ -157,11 +175,18 @@ def test_invalid_input_exits_2_before_anything_runs(
     (tmp_path / "bad-spec.yaml").write_text(
         "workflow: tests.workflows:ScriptedWorkflow\nconcurancy: 2\n", encoding="utf-8"
     )
+    (tmp_path / "nan-spec.yaml").write_text(
+        "workflow: tests.workflows:ScriptedWorkflow\npass_threshold: .nan\n", encoding="utf-8"
+    )
     proc = _gated(cli, write_jsonl, tmp_path, "--json", *args)
     assert proc.returncode == ExitCode.INVALID_INPUT, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
-    assert proc.stdout == ""  # --json: nothing ran, no verdict
+    # --json: nothing ran, and stdout still holds one JSON object saying why
+    assert proc.stdout.count("\n") == 1, proc.stdout
+    verdict = json.loads(proc.stdout)
+    assert (verdict["exit_code"], verdict["passed"], verdict["summary"]) == (2, False, None)
+    assert message in verdict["error"] or message.startswith("Invalid value"), verdict
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
@@ -281,6 +306,85 @@ def test_run_appends_markdown_to_the_step_summary(reported_run: dict[str, Any]) 
     failed = [line for line in lines if line.startswith("| late |")]
     assert len(failed) == 1 and "| timeout | workflow |" in failed[0]
     assert appended == reported_run["md"].read_text(encoding="utf-8")  # --summary-md: same
+
+
+@pytest.mark.parametrize("where", ["--junit-xml", "--summary-md", "GITHUB_STEP_SUMMARY", "-o"])
+def test_an_unwritable_report_path_is_refused_before_any_row_runs(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, where: str
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    blocker = tmp_path / "FILE"  # a regular file where a directory would have to be
+    blocker.write_text("", encoding="utf-8")
+    target = blocker / "report.out"
+    output = target if where == "-o" else tmp_path / "out" / "results.jsonl"
+    flags = [] if where in ("-o", "GITHUB_STEP_SUMMARY") else [where, str(target)]
+    env = cli_env(GITHUB_STEP_SUMMARY=str(target)) if where == "GITHUB_STEP_SUMMARY" else None
+    data = write_jsonl([{"id": "r", "prompt": "hi", "metadata": {"calls": str(calls)}}])
+    workflow = ("--workflow", "tests.workflows:CountingWorkflow")
+    proc = cli.local(data, *workflow, "-o", output, *flags, env=env)
+    assert proc.returncode == ExitCode.INVALID_INPUT, proc.stdout + proc.stderr
+    name = "--output" if where == "-o" else where
+    assert error_lines(proc.stderr) == [
+        f"error: {name} {target}: {blocker} is a file, not a directory; give a path in a "
+        "directory that can be created"
+    ]
+    assert list(calls.iterdir()) == []  # no row ran
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_that_cannot_be_written_at_the_end_keeps_the_runs_verdict(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """The JUnit path was writable when the run started; a workflow then made a directory
+    of it. The run's verdict (passed: exit 0) stands, with one error line for the report."""
+    junit = tmp_path / "reports" / "junit.xml"
+    data = write_jsonl([{"id": "r", "prompt": "hi", "metadata": {"mkdir": str(junit)}}])
+    output = tmp_path / "out" / "results.jsonl"
+    workflow = ("--workflow", "tests.workflows:MkdirWorkflow")
+    proc = cli.local(data, *workflow, "-o", output, "--junit-xml", junit, "--json")
+    assert proc.returncode == ExitCode.OK, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert f"error: --junit-xml {junit}: cannot write the report: Is a directory" in proc.stderr
+    verdict = json.loads(proc.stdout)
+    assert (verdict["exit_code"], verdict["passed"]) == (0, True)
+    assert verdict["report_errors"] == [
+        f"--junit-xml {junit}: cannot write the report: Is a directory"
+    ]
+    assert json.loads((output.parent / "results.summary.json").read_text())["total"] == 1
+
+
+HOSTILE = "\x1b[31mred\x1b[0m\nsecond line\r<b>bold?</b> | *not* a_cell\u2028end"
+"""An exception text with an ANSI colour, raw newlines, HTML and Markdown in it."""
+
+
+def test_plain_output_and_markdown_show_control_characters_on_one_line(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        [{"id": "odd\x1b[2Jid", "prompt": "hi", "metadata": {"raise_env": "OSMO_TEST_TEXT"}}]
+    )
+    report = tmp_path / "summary.md"
+    output = tmp_path / "out" / "results.jsonl"
+    env = cli_env(OSMO_TEST_TEXT=HOSTILE)
+    proc = cli.local(data, *SCRIPTED, "-o", output, "--plain", "--summary-md", report, env=env)
+    assert proc.returncode == ExitCode.ROLLOUTS_FAILED, proc.stderr
+    assert "\x1b" not in proc.stdout and "\r" not in proc.stdout and "\u2028" not in proc.stdout
+    (failure,) = [line for line in proc.stdout.splitlines() if line.startswith("FAILURE")]
+    assert failure.startswith("FAILURE row odd\\x1b[2Jid [agent_error, workflow]: RuntimeError: ")
+    assert (
+        "the server refused \\x1b[31mred\\x1b[0m\\nsecond line\\r<b>bold?</b> | *not* "
+        "a_cell\\u2028end (at " in failure
+    )
+    markdown = report.read_text(encoding="utf-8")
+    assert "\x1b" not in markdown and "\r" not in markdown and "\u2028" not in markdown
+    (row,) = [line for line in markdown.splitlines() if line.startswith("| odd")]
+    assert row.startswith("| odd\\\\x1b\\[2Jid | agent_error | workflow | RuntimeError: ")
+    assert (
+        "\\\\x1b\\[31mred\\\\x1b\\[0m\\\\nsecond line\\\\r&lt;b&gt;bold?&lt;/b&gt; \\| "
+        "\\*not\\* a_cell\\\\u2028end" in row
+    )
+    assert row.endswith(" |") and row.count(" | ") == 3  # four cells, none split by a pipe
 
 
 # --- --json -----------------------------------------------------------------------------
@@ -473,7 +577,9 @@ def test_fail_fast_starts_no_row_after_the_first_failure(
     assert "fail-fast: a rollout failed; no further rows are started" in proc.stdout
 
 
-def test_smoke_is_fail_fast(cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path) -> None:
+def test_smoke_is_fail_fast_and_the_rows_it_did_not_run_count_as_failures(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
     rows: list[Row] = [
         {"id": f"r{i:02d}", "prompt": "hi", "metadata": {"raise": "ZeroDivisionError"}}
         for i in range(20)
@@ -481,10 +587,43 @@ def test_smoke_is_fail_fast(cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path) -
     output = tmp_path / "out" / "results.jsonl"
     args = ("--smoke", "--smoke-rows", "10", "-c", "1", "-o", output, "--max-errors", "5")
     proc = cli.local(write_jsonl(rows), *SCRIPTED, *args)
-    assert proc.returncode == ExitCode.OK, proc.stdout  # one error, within the budget
+    # one error and nine rows never run: ten failures of ten, over the budget of five
+    assert proc.returncode == ExitCode.ERROR_BUDGET_EXCEEDED, proc.stdout
+    assert "gate failed: --max-errors measured 10, above the maximum 5" in proc.stdout
     assert len(read_jsonl(output)) == 1
     summary = json.loads((output.parent / "results.summary.json").read_text())
-    assert summary["stopped_early"] is True
+    assert (summary["stopped_early"], summary["not_run"]) == (True, 9)
+
+
+@pytest.mark.parametrize(
+    ("gate", "line"),
+    [
+        (("--fail-under", "0.5"), f"{FAIL_UNDER} 0.25, below the minimum 0.5"),
+        (("--min-pass-rate", "0.5"), "gate failed: --min-pass-rate measured 0.25, below the mi"),
+        (("--max-error-rate", "0.5"), "gate failed: --max-error-rate measured 0.75, above the m"),
+    ],
+)
+def test_a_run_fail_fast_stopped_cannot_pass_a_gate_on_the_rows_it_happened_to_run(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, gate: tuple[str, str], line: str
+) -> None:
+    """Five rows pass, the sixth fails, fourteen never run: over the six that ran the mean
+    was 0.83 and the step passed; over the twenty it was asked to judge, it is 0.25."""
+    rows: list[Row] = [
+        {"id": f"r{i:02d}", "prompt": "hi", "label": "x", "metadata": {"reward": 1.0}}
+        for i in range(5)
+    ]
+    rows.append({"id": "r05", "prompt": "hi", "label": "x", "metadata": {"raise": "ValueError"}})
+    rows += [
+        {"id": f"r{i:02d}", "prompt": "hi", "label": "x", "metadata": {"reward": 1.0}}
+        for i in range(6, 20)
+    ]
+    report = tmp_path / "summary.md"
+    args = ("-c", "1", "--fail-fast", "--summary-md", report, *gate)
+    proc = _gated(cli, write_jsonl, tmp_path, *args, rows=rows)
+    assert proc.returncode != ExitCode.OK, proc.stdout
+    assert line in proc.stdout
+    assert "14 rollouts not run, counted as failures by the gates" in proc.stdout
+    assert "- 14 rollouts not run (fail-fast stopped the run)" in report.read_text()
 
 
 def test_without_fail_fast_every_row_runs(

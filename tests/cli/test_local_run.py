@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import stat
 import subprocess
 from collections import Counter
@@ -104,6 +105,45 @@ def test_api_key_is_masked_in_files_and_on_screen(
     for path in (output, tmp_path / "conf" / "out.summary.json"):
         assert key not in path.read_text()
     assert key not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("key", ["1", "e"])
+def test_a_one_character_api_key_leaves_the_run_readable_reportable_and_resumable(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, key: str
+) -> None:
+    """A key as short as ``1`` or ``e`` occurs in field names and numbers: it is masked in
+    the values workflows produced, and nothing else, so the run stays a run."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:ScriptedWorkflow\n"
+        "llm: {base_url: 'http://127.0.0.1:9/v1', model: m, api_key_env: OSMO_TEST_API_KEY}\n"
+    )
+    data = write_jsonl(
+        [
+            {"id": "k1e", "prompt": "hi", "metadata": {"reply_env": "OSMO_TEST_API_KEY"}},
+            {"id": "k2e", "prompt": "hi", "metadata": {"raise_env": "OSMO_TEST_API_KEY"}},
+        ]
+    )
+    output = tmp_path / "out" / "results.jsonl"
+    env = cli_env(OSMO_TEST_API_KEY=key)
+    proc = cli.local(data, "--spec", spec, "-o", output, "--display", "plain", env=env)
+    assert proc.returncode == 1, proc.stderr
+    rows = {line["row_id"]: line for line in read_jsonl(output)}  # every line parses
+    assert sorted(rows) == ["k1e", "k2e"]
+    for line in rows.values():
+        OutputRecord.model_validate(line)
+    assert rows["k1e"]["sample"]["messages"][-1] == {"role": "assistant", "content": "***"}
+    assert rows["k2e"]["error_message"].endswith(" in run)")  # one character: masked everywhere
+    assert key not in rows["k2e"]["error_message"]
+    report = cli("report", output.parent)
+    assert re.search(r"rows\s+2 \(success 1 · failure 1\)", report.stdout), report.stdout
+    assert "partial run" not in report.stdout
+    resumed = cli.local(
+        data, "--spec", spec, "-o", output, "--resume", "--display", "plain", env=env
+    )
+    assert resumed.returncode == 1, resumed.stderr
+    assert "0 rows (2 kept from before)" in resumed.stdout
+    assert len(read_jsonl(output)) == 2
 
 
 def test_existing_output_is_refused_without_overwrite(

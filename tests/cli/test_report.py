@@ -108,6 +108,62 @@ def test_report_on_a_crashed_run_shows_what_is_there_and_what_is_missing(
     assert output.read_text().endswith(lines[4][:40]), "report only reads"
 
 
+def test_report_names_unreadable_lines_with_their_numbers(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    data = write_jsonl(_mixed_rows(calls))
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, *GRADED, "-c", "1", "-o", output).returncode == 1
+    lines = output.read_text().splitlines(keepends=True)
+    lines[2] = "garbage, not JSON\n"  # line 3
+    lines[4] = '{"note": "not a result"}\n'  # line 5
+    output.write_text("".join(lines))
+    proc = cli("report", output)
+    assert "Traceback" not in proc.stderr
+    assert re.search(r"rows\s+4 ", proc.stdout), proc.stdout
+    out = " ".join(proc.stdout.split())  # the rendered lines may wrap
+    assert (
+        f"unreadable lines in {output}, left out of this summary: 3 (not valid JSON), "
+        "5 (not a result record)" in out
+    )
+    assert (  # --resume refuses such a file (below)
+        "partial run: 4 of 6 rollouts recorded; remove the unreadable lines, then `--resume` "
+        "runs the rest" in out
+    )
+
+
+def test_resume_refuses_a_results_file_with_a_garbage_line_and_changes_nothing(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    data = write_jsonl(_mixed_rows(calls))
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, *GRADED, "-o", output).returncode == 1
+    lines = output.read_text().splitlines(keepends=True)
+    lines[1] = "garbage\n"
+    output.write_text("".join(lines))
+    before = output.read_bytes()
+    proc = cli.local(data, *GRADED, "-o", output, "--resume")
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [
+        f"error: {output}:2: not a result record (not valid JSON); remove the line (its "
+        "rollout then runs again) or pass --overwrite to start over"
+    ]
+    assert output.read_bytes() == before
+    assert sum(call_counts(calls).values()) == 6
+
+
+def test_report_refuses_a_file_that_is_not_a_run(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl([{"id": "a", "prompt": "hi", "label": "x"}])
+    proc = cli("report", data)
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [
+        f"error: {data}: not an osmo-run results file (line 1 is not a result record, and "
+        "there is no data.manifest.json beside it); give a run directory or its results file"
+    ]
+
+
 def _grader_spec(tmp_path: Path, name: str, key: str) -> Path:
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(
@@ -183,6 +239,38 @@ def test_compare_counts_rows_found_in_one_run_only(
     assert re.search(r"now passing\s+0\s", proc.stdout), proc.stdout
     assert re.search(r"now failing\s+0\s", proc.stdout), proc.stdout
     assert re.search(r"validation_error\s+1 -> 0\s+\(-1\)", proc.stdout), proc.stdout
+
+
+def test_compare_runs_with_different_sample_counts_row_by_row_over_all_samples(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """A ran 4 samples per row, B one. Pairing sample 0 with sample 0 called row x
+    unchanged (its first sample passes in both); over all samples it went from 1 pass in
+    4 (mean 0.25) to 1 in 1."""
+    data = write_jsonl(
+        [
+            {"id": "x", "prompt": "hi", "label": "hi", "metadata": {"passes": 1}},
+            {"id": "y", "prompt": "hi", "label": "hi", "metadata": {"passes": 4}},
+            {"id": "z", "prompt": "hi", "label": "hi", "metadata": {"passes": 0}},
+        ]
+    )
+    flags = ("--workflow", "tests.workflows:ScriptedWorkflow")
+    flags += ("--grader", "tests.workflows:SampleGrader")
+    run_a, run_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert cli.local(data, *flags, "--samples", "4", "-o", run_a).returncode == 0
+    assert cli.local(data, *flags, "-o", run_b).returncode == 0
+    proc = cli("report", run_a, run_b)
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "3 in both · 0 only in A · 0 only in B" in out
+    assert (
+        "A has 4 samples per row, B 1: each row is compared over all its samples (mean "
+        "reward, no reward = 0; it passes when at least half its samples pass)" in out
+    )
+    assert "mean change B - A over common rows: +0.25 (no reward = 0)" in out
+    assert re.search(r"now passing 1: x ", out), out
+    assert re.search(r"now failing 0 ", out), out
+    assert "x: 0.25 -> 1.0" in out
 
 
 def test_regrade_with_another_grader_changes_rewards_without_running_the_workflow(
@@ -373,6 +461,44 @@ def test_a_missing_shard_is_reported(
     assert "Run summary" in proc.stdout
     assert re.search(r"rows\s+7 ", proc.stdout), proc.stdout
     assert "missing shards: 2/3; this summary leaves their rows out" in proc.stdout
+
+
+def test_report_on_one_shard_says_which_shards_its_summary_leaves_out(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    data = write_jsonl(_shard_rows(calls))
+    spec = _grader_spec(tmp_path, "spec", "a")
+    output = tmp_path / "s2.jsonl"
+    assert cli.local(data, "--spec", spec, "--shard", "2/3", "-o", output).returncode == 1
+    proc = cli("report", output)
+    assert "Traceback" not in proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "missing shards: 1/3, 3/3; this summary leaves their rows out" in out
+    assert "partial run" not in out  # the shard itself is complete
+
+
+def test_an_empty_shard_is_a_run_of_zero_rows_that_passes(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
+) -> None:
+    """An array job of 25 over 20 rows: shards 21-25 have nothing to do, and must not fail
+    their jobs; their results merge with the others'."""
+    rows = [
+        {"id": f"r{i}", "prompt": "hi", "label": "hi", "metadata": {"calls": str(calls), "a": 1}}
+        for i in range(20)
+    ]
+    data = write_jsonl(rows)
+    output = tmp_path / "s21.jsonl"
+    args = ("--spec", _grader_spec(tmp_path, "spec", "a"), "--shard", "21/25", "-o", output)
+    proc = cli.local(data, *args, "--fail-under", "0.5", "--min-pass-rate", "0.5")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert output.read_text() == ""
+    summary = json.loads((tmp_path / "s21.summary.json").read_text())
+    assert (summary["total"], summary["by_status"]) == (0, {})
+    manifest = json.loads((tmp_path / "s21.manifest.json").read_text())
+    assert (manifest["defining"]["shard"], manifest["defining"]["rows"]) == ("21/25", 0)
+    assert list(calls.iterdir()) == []
+    report = cli("report", output)
+    assert report.returncode == 0, report.stderr
 
 
 def test_shards_of_different_runs_are_not_merged(

@@ -241,21 +241,29 @@ def test_resume_refuses_a_changed_dataset(
     assert " -> '" in changed[0]
 
 
-def test_resume_without_output_names_what_differs_from_the_latest_run(
+def test_resume_without_a_matching_run_starts_one_and_names_what_differs_from_the_latest(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
 ) -> None:
+    """--resume is the one command a requeued job repeats: with no run of these settings
+    it starts one (a sweep's next setting included), saying how it differs from the
+    latest run of the dataset, which it leaves alone."""
     calls = tmp_path / "calls"
     calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
     assert cli.local(data, *GRADED).returncode == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
-    proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume")
-    assert proc.returncode == 2
-    lines = error_lines(proc.stderr)
-    assert lines[0].startswith("error: --resume: no run with these settings at runs/data-")
-    assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in lines[0]
-    assert "error:   timeouts.agent_sec: 600.0 -> 9.0" in lines
-    assert len(list((tmp_path / "runs").iterdir())) == 1, "nothing new was created"
+    before = (run_dir / "results.jsonl").read_text()
+    proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume", "--display", "plain")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "--resume: no run with these settings at runs/data-" in proc.stdout
+    assert f"starting one; the latest run of this dataset, runs/{run_dir.name}, differs" in (
+        proc.stdout
+    )
+    assert "  timeouts.agent_sec: 600.0 -> 9.0" in lines
+    assert len(list((tmp_path / "runs").iterdir())) == 2
+    assert (run_dir / "results.jsonl").read_text() == before
+    assert sum(call_counts(calls).values()) == 8
 
 
 def test_resume_accepts_changes_that_do_not_define_the_results(
@@ -306,18 +314,50 @@ def test_rerunning_an_existing_run_without_a_flag_is_refused(
     assert sum(call_counts(calls).values()) == 8
 
 
-def test_resume_without_a_run_to_continue_is_refused(
+def test_the_same_resume_command_starts_a_run_then_continues_it(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls))
+    output = tmp_path / "out.jsonl"
+    first = cli.local(data, *COUNTING, "-o", output, "--resume", "--display", "plain")
+    assert first.returncode == 0, first.stderr
+    assert f"--resume: no run with these settings at {tmp_path}; starting one" in first.stdout
+    _crash_after(output, 2)  # the job was killed, then requeued with the same command
+    again = cli.local(data, *COUNTING, "-o", output, "--resume", "--display", "plain")
+    assert again.returncode == 0, again.stderr
+    assert "2 rows (2 kept from before)" in again.stdout
+    assert len(_one_line_per_rollout(read_jsonl(output))) == 4
+
+
+def test_retry_errors_without_a_run_to_retry_is_refused(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
 ) -> None:
     data = write_jsonl([{"prompt": "hi"}])
-    proc = cli.local(data, *COUNTING, "-o", tmp_path / "out.jsonl", "--resume")
-    assert proc.returncode == 2
-    assert error_lines(proc.stderr) == [
-        f"error: --resume: no run with these settings at {tmp_path}"
-    ]
     proc = cli.local(data, *COUNTING, "--retry-errors")
     assert proc.returncode == 2
     assert "error: --retry-errors: no run with these settings at runs/data-" in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--retry-errors"])
+def test_continuing_and_overwriting_at_once_is_refused_and_deletes_nothing(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, flag: str
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls))
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, *COUNTING, "-o", output).returncode == 0
+    before = output.read_text()
+    proc = cli.local(data, *COUNTING, "-o", output, flag, "--overwrite")
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [
+        f"error: {flag} keeps the finished rows and --overwrite deletes them; pass one of them"
+    ]
+    assert output.read_text() == before
+    assert sum(call_counts(calls).values()) == 4
 
 
 def test_retry_errors_reruns_only_failed_rows_of_the_named_categories(
@@ -492,10 +532,74 @@ def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
     assert cli.local(data, *GRADED).returncode == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert cli("regrade", run_dir, "--grader", "tests.workflows:LabelGrader").returncode == 0
-    proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume")
-    assert proc.returncode == 2
-    lines = error_lines(proc.stderr)
-    assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in lines[0]
-    assert [line for line in lines if line.startswith("error:   ")] == [
-        "error:   timeouts.agent_sec: 600.0 -> 9.0"
-    ]
+    proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume", "--display", "plain")
+    assert proc.returncode == 0, proc.stderr
+    assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in proc.stdout
+    changes = [line for line in proc.stdout.splitlines() if line.startswith("  ") and "->" in line]
+    assert changes == ["  timeouts.agent_sec: 600.0 -> 9.0"]
+
+
+def test_a_row_rerun_by_retry_errors_carries_its_earlier_failures_like_an_in_run_retry(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """In-run retries record ``attempt: 2`` and the failed try in ``attempts``; a rerun by
+    --retry-errors now records the same, continuing the count across invocations."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:CountingWorkflow\n"
+        "retries: {max_attempts: 2, initial_backoff_sec: 0.01, jitter: 0}\n",
+        encoding="utf-8",
+    )
+
+    def row(row_id: str, fail_first: int, fail_with: str) -> dict[str, Any]:
+        meta = {"calls": str(calls), "fail_first": fail_first, "fail_with": fail_with}
+        return {"id": row_id, "prompt": "hi", "metadata": meta}
+
+    data = write_jsonl(
+        [
+            row("in-run", 1, "RateLimitError"),  # retried inside the run, then succeeds
+            row("rerun", 1, "RuntimeError"),  # agent_error: not retried in the run
+            row("twice", 3, "RateLimitError"),  # fails both in-run tries, then once more
+        ]
+    )
+    output = tmp_path / "out.jsonl"
+    assert cli.local(data, "--spec", spec, "--code-dir", REPO, "-o", output).returncode == 1
+    proc = cli.local(data, "--spec", spec, "-o", output, "--retry-errors")
+    assert proc.returncode == 0, proc.stderr
+    records = _one_line_per_rollout(read_jsonl(output))
+
+    def trace(name: str) -> tuple[int, list[tuple[int, str]]]:
+        record = records[name]
+        return record["attempt"], [(a["attempt"], a["error_category"]) for a in record["attempts"]]
+
+    assert trace("in-run") == (2, [(1, "rate_limit")])
+    assert trace("rerun") == (2, [(1, "agent_error")])
+    # two tries in the first run (both rate limited), the third and last in the rerun
+    assert trace("twice") == (4, [(1, "rate_limit"), (2, "rate_limit"), (3, "rate_limit")])
+    assert call_counts(calls) == {"in-run": 2, "rerun": 2, "twice": 4}
+    assert set(records["rerun"]["attempts"][0]) == set(records["in-run"]["attempts"][0])
+    assert records["rerun"]["attempts"][0]["error_message"].startswith(
+        "RuntimeError: scripted RuntimeError on call 1"
+    )
+    for record in records.values():
+        OutputRecord.model_validate(record)
+
+
+def test_overwrite_removes_the_old_runs_artifacts_and_nothing_else(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    output = tmp_path / "out" / "results.jsonl"
+    artifacts = output.parent / "artifacts"
+    workflow = ("--workflow", "tests.workflows:ArtifactWorkflow")
+    first = write_jsonl([{"id": "a", "prompt": "hi"}, {"id": "old", "prompt": "hi"}])
+    assert cli.local(first, *workflow, "-o", output).returncode == 0
+    (artifacts / "a" / "stale.txt").write_text("from the old run")
+    (artifacts / "unrelated").mkdir()
+    (artifacts / "unrelated" / "keep.txt").write_text("not a rollout of either run")
+    second = write_jsonl([{"id": "a", "prompt": "hi"}], name="second.jsonl")
+    assert cli.local(second, *workflow, "-o", output, "--overwrite").returncode == 0
+    assert sorted(p.name for p in artifacts.iterdir()) == ["a", "unrelated"]
+    assert sorted(p.name for p in (artifacts / "a").iterdir()) == ["note.txt"]
+    assert (artifacts / "unrelated" / "keep.txt").is_file()

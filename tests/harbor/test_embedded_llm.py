@@ -8,8 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.harbor.conftest import REPO, harbor_spec, run_harbor
+from tests.harbor.conftest import REPO, HarborRun, harbor_spec, run_harbor
 from tests.llm.conftest import require_embedded
+
+FAILURE_FIELDS = ("error_category", "error_phase", "error_message", "attempts", "backend")
+
+
+def _log_tail(run: HarborRun, lines: int = 40) -> str:
+    """The end of the embedded model server's log (results.llm.log), for a failure."""
+    log = run.output.with_suffix(".llm.log")
+    if not log.is_file():
+        return f"{log}: missing"
+    return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
 
 @pytest.mark.docker
@@ -29,10 +39,15 @@ def test_trials_reach_the_embedded_model_and_report_usage(tmp_path: Path) -> Non
         {"id": "fr", "user_prompt": "What is the capital of France?", "ground_truth": "Paris"},
         {"id": "it", "user_prompt": "What is the capital of Italy?", "ground_truth": "Rome"},
     ]
-    run = run_harbor(tmp_path, rows, spec)
-    assert run.returncode == 0, run.stderr
+    # A busy CI box builds the prebuilt image of the whole repository first: a wide bound.
+    run = run_harbor(tmp_path, rows, spec, timeout=600)
+    failed = {
+        row_id: {key: row.get(key) for key in FAILURE_FIELDS}
+        for row_id, row in run.rows.items()
+        if row["status"] != "success"
+    }
+    assert run.returncode == 0 and not failed, (failed, run.stderr[-3000:], _log_tail(run))
     for row in run.rows.values():
-        assert row["status"] == "success", row["error_message"]
         assert row["backend"]["trial_name"]  # it ran in a trial container
         assert row["sample"]["messages"][-1]["content"].strip()
         assert row["usage"]["model_calls"] == 1 and row["usage"]["completion_tokens"] > 0

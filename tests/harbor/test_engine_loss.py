@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,12 @@ def test_engine_stopped_mid_run_fails_rows_as_infra_errors_and_cleanup_removes_l
         if os.environ.get("OSMO_RUN_REQUIRE_DOCKER") == "1":
             pytest.fail("CI must run with the engine scripts/provision-docker.sh started")
         pytest.skip("the engine was not started by scripts/provision-docker.sh; not stopping it")
+    # Row ids unique to this test run: the containers are found by their trial names, and
+    # another checkout's run of this test may share the engine.
+    tag = uuid.uuid4().hex[:8]
     rows = [
         {
-            "id": f"lost-{i}",
+            "id": f"lost-{tag}-{i}",
             "prompt": "hi",
             "label": "42",
             "metadata": {"workflow": "sleep", "sleep_sec": 30},
@@ -56,7 +60,7 @@ def test_engine_stopped_mid_run_fails_rows_as_infra_errors_and_cleanup_removes_l
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "the trial containers never came up"
             time.sleep(0.3)
-            invocation = invocation or run_id_of_containers("-lost-0__env")
+            invocation = invocation or run_id_of_containers(f"-lost-{tag}-0__env")
         time.sleep(2.0)  # the workflows are running
         subprocess.run([str(REPO / "scripts" / "stop-docker.sh")], check=True, timeout=90)
         stopped = time.monotonic()
@@ -70,7 +74,7 @@ def test_engine_stopped_mid_run_fails_rows_as_infra_errors_and_cleanup_removes_l
     assert process.returncode == 1, stdout + stderr
     assert took < 120
     records = [json.loads(line) for line in output.read_text().splitlines()]
-    assert sorted(r["row_id"] for r in records) == ["lost-0", "lost-1"]
+    assert sorted(r["row_id"] for r in records) == [f"lost-{tag}-0", f"lost-{tag}-1"]
     assert {(r["status"], r["error_category"]) for r in records} == {("failure", "infra_error")}
     assert "osmo-run cleanup" in stderr
     done = subprocess.run(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from osmo_run.sdk.deadlines import SANDBOX_KILL_MARGIN_SEC, with_margin
 from tests.harbor.conftest import (
     CALCULATOR_TASK,
     HERE,
@@ -220,11 +221,12 @@ def test_workflow_blocking_the_event_loop_forever_is_killed_as_a_timeout(
     mixed_run: HarborRun,
 ) -> None:
     """``time.sleep`` forever: the in-container runner cannot enforce its deadline, so the
-    hard kill outside it must (3 s + the runner's margin), well before Harbor's own."""
+    hard kill outside it must (3 s + the runner's margin), before Harbor's own. Which kill
+    it was is in the message, not in a wall-clock bound (that failed on a busy machine)."""
     row = mixed_run.rows["block"]
     assert outcome(row) == ("failure", None, "timeout", "workflow")
-    assert "hard deadline" in row["error_message"]
-    assert row["timings"]["total_sec"] < 40
+    hard_deadline = int(with_margin(3.0, SANDBOX_KILL_MARGIN_SEC) or 0) + 1
+    assert f"killed at its hard deadline of {hard_deadline}s" in row["error_message"]
 
 
 def test_row_without_label_is_not_graded_and_says_why(mixed_run: HarborRun) -> None:

@@ -275,7 +275,7 @@ def test_markdown_cells_escape_pipes_and_newlines_and_cap_rows(tmp_path: Path) -
     text = markdown_summary(results, summary_of(records), [], "t")
     rows = [line for line in text.splitlines() if line.startswith("| r") and "agent" in line]
     assert len(rows) == 50
-    assert rows[0] == "| r0 | agent_error | workflow | a \\| b second line |"
+    assert rows[0] == "| r0 | agent_error | workflow | a \\| b\\\\nsecond line |"  # one line
     assert "…and 5 more failed rows." in text
 
 

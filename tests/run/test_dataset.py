@@ -81,12 +81,12 @@ def test_rows_without_id_are_named_by_line_number(write_jsonl: WriteJsonl) -> No
     ]
 
 
-def test_extra_columns_land_in_metadata_without_overriding_it(write_jsonl: WriteJsonl) -> None:
+def test_extra_columns_land_in_metadata(write_jsonl: WriteJsonl) -> None:
     path = write_jsonl(
-        [{"prompt": "a", "label": "x", "difficulty": 3, "topic": "col", "metadata": {"topic": "m"}}]
+        [{"prompt": "a", "label": "x", "difficulty": 3, "topic": "m", "metadata": {"topic": "m"}}]
     )
     (request,) = _requests(path)
-    assert request.metadata == {"topic": "m", "difficulty": 3}
+    assert request.metadata == {"topic": "m", "difficulty": 3}  # the same value twice: fine
 
 
 def test_empty_label_means_no_label(write_jsonl: WriteJsonl) -> None:
@@ -113,7 +113,37 @@ BAD_LINES: list[tuple[Row, str]] = [
     ({"label": "x"}, "row has no prompt: give 'messages', 'prompt' or 'user_prompt'"),
     ({"user_prompt": 3}, "'user_prompt' must be a string, got int"),
     ({"user_prompt": "a", "system_prompt": ["s"]}, "'system_prompt' must be a string, got list"),
-    ({"messages": []}, "'messages' must be a non-empty list of messages or a string"),
+    ({"messages": []}, "'messages' is empty: give a non-empty list of messages or string"),
+    # one rule for every empty prompt, list or string
+    ({"prompt": []}, "'prompt' is empty: give a non-empty list of messages or string"),
+    ({"prompt": ""}, "'prompt' is empty: give a non-empty list of messages or string"),
+    ({"user_prompt": ""}, "'user_prompt' is empty: give a non-empty string"),
+    # two columns saying different things: refused, never one chosen silently
+    (
+        {"prompt": "a", "label": "4", "ground_truth": "5"},
+        "'label' and 'ground_truth' differ ('4' and '5'): give one of them",
+    ),
+    (
+        {"prompt": "a", "label": "", "ground_truth": "5"},
+        "'label' and 'ground_truth' differ ('' and '5'): give one of them",
+    ),
+    (
+        {"prompt": "a", "user_prompt": "b"},
+        "'prompt' and 'user_prompt' both give the prompt: keep one of them",
+    ),
+    (
+        {"messages": [{"role": "user", "content": "a"}], "prompt": "a"},
+        "'messages' and 'prompt' both give the prompt: keep one of them",
+    ),
+    (
+        {"prompt": "a", "system_prompt": "s"},
+        "'system_prompt' goes with 'user_prompt'; with 'prompt', put the system message in it",
+    ),
+    (
+        {"prompt": "a", "topic": "col", "metadata": {"topic": "m"}},
+        "'topic' is a column and a 'metadata' key with different values ('col' and 'm'): "
+        "keep one of them",
+    ),
     ({"prompt": ["hi"]}, "'prompt[0]' must be an object like"),
     ({"prompt": [{"content": "hi"}]}, "'prompt[0]' has no string 'role'"),
     ({"prompt": "a", "metadata": [1]}, "'metadata' must be an object, got list"),
@@ -227,7 +257,7 @@ json_values = st.recursive(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    prompt=st.text(),
+    prompt=st.text(min_size=1),
     system=st.text(),
     label=st.text(),
     metadata=st.dictionaries(st.text(), json_values, max_size=4),

@@ -35,11 +35,15 @@ def test_each_line_reaches_the_file_before_write_returns(tmp_path: Path) -> None
         assert writer.lines_written == 2
 
 
-def test_secrets_are_replaced_by_stars(tmp_path: Path) -> None:
+def test_secrets_are_replaced_by_stars_in_string_values(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
+    record = {"content": "my key is sk-live-123, again sk-live-123", "sk-live-123": [1, "x"]}
     with OutputWriter(path, secrets=("sk-live-123", "")) as writer:
-        writer.write(record_line({"content": "my key is sk-live-123, again sk-live-123"}))
-    assert json.loads(path.read_text()) == {"content": "my key is ***, again ***"}
+        writer.write(record_line(writer.mask_record(record)))
+    assert json.loads(path.read_text()) == {
+        "content": "my key is ***, again ***",
+        "sk-live-123": [1, "x"],  # a field name is never rewritten (it may be "row_id")
+    }
 
 
 def test_lone_surrogate_is_written_as_a_json_escape(tmp_path: Path) -> None:

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from osmo_run.run.stats import (
-    Z_95,
     estimate_mean,
     mean_pass_at_k,
     pass_at_k,
     pass_at_k_ks,
     percentile,
+    t_quantile,
+    wilson_interval,
 )
 from osmo_run.run.summary import SummaryBuilder
 from tests.conftest import CLI, read_jsonl
@@ -83,27 +84,82 @@ def test_mean_pass_at_k_averages_rows_and_leaves_out_rows_with_too_few_samples()
 
 
 @pytest.mark.parametrize(
-    "values",
-    [[1.0, 0.0, 1.0, 1.0, 0.0], [0.25, 0.5, 0.75], [3.0, 3.0], [0.1, 0.7, 0.2, 0.9, 0.4, 0.0]],
+    ("p", "df", "expected"),
+    [
+        # two-sided 95% and 99% critical values from published t tables
+        (0.975, 1, 12.706204736),
+        (0.975, 2, 4.302652730),
+        (0.975, 5, 2.570581836),
+        (0.975, 10, 2.228138852),
+        (0.975, 30, 2.042272456),
+        (0.975, 1000, 1.962339081),
+        (0.995, 3, 5.840909310),
+        (0.025, 4, -2.776445105),
+        (0.5, 7, 0.0),
+    ],
 )
-def test_estimate_mean_matches_statistics_stdev(values: list[float]) -> None:
-    estimate = estimate_mean(len(values), sum(values), sum(v * v for v in values))
+def test_t_quantile_matches_published_values(p: float, df: int, expected: float) -> None:
+    assert t_quantile(p, df) == pytest.approx(expected, abs=1e-8)
+
+
+@pytest.mark.parametrize("p", [0.6, 0.9, 0.975, 0.999])
+def test_t_quantile_matches_the_closed_forms_for_one_and_two_degrees(p: float) -> None:
+    assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-12)
+    assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "expected"),
+    [
+        (5, 10, (0.2365931, 0.7634069)),
+        (10, 10, (0.7224672, 1.0)),
+        (0, 20, (0.0, 0.1611252)),
+        (1, 1, (0.2065493, 1.0)),
+        (81, 263, (0.2553, 0.3662)),  # Wilson's own worked example, to 4 digits
+    ],
+)
+def test_wilson_interval_by_hand(successes: int, n: int, expected: tuple[float, float]) -> None:
+    low, high = wilson_interval(successes, n)
+    assert (low, high) == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "values", [[0.25, 0.5, 0.75], [3.0, 2.0], [0.1, 0.7, 0.2, 0.9, 0.4, 0.0], [0.2, 0.9]]
+)
+def test_a_mean_of_graded_rewards_has_a_student_t_interval_within_the_observed_range(
+    values: list[float],
+) -> None:
+    low, high = min(values), max(values)
+    estimate = estimate_mean(
+        len(values), sum(values), sum(v * v for v in values), low=low, high=high
+    )
     mean = statistics.fmean(values)
     stderr = statistics.stdev(values) / math.sqrt(len(values))
-    assert estimate.n == len(values)
+    half = t_quantile(0.975, len(values) - 1) * stderr
+    assert (estimate.n, estimate.method) == (len(values), "student-t")
     assert estimate.mean == pytest.approx(mean)
     assert estimate.stderr == pytest.approx(stderr, abs=1e-12)
-    assert estimate.ci_low == pytest.approx(mean - 1.959964 * stderr, abs=1e-6)
-    assert estimate.ci_high == pytest.approx(mean + 1.959964 * stderr, abs=1e-6)
+    assert estimate.ci_low == pytest.approx(max(mean - half, low))
+    assert estimate.ci_high == pytest.approx(min(mean + half, high))
     assert estimate.to_dict()["ci95"] == [estimate.ci_low, estimate.ci_high]
+    assert estimate.to_dict()["ci_method"] == "student-t"
 
 
-def test_estimate_mean_by_hand_for_three_passes_in_five() -> None:
-    # mean 0.6; sample variance (3 * 0.4^2 + 2 * 0.6^2) / 4 = 0.3; stderr sqrt(0.3 / 5)
-    estimate = estimate_mean(5, 3.0, 3.0)
-    assert estimate.mean == pytest.approx(0.6)
-    assert estimate.stderr == pytest.approx(math.sqrt(0.06))
-    assert estimate.ci_low == pytest.approx(0.6 - Z_95 * math.sqrt(0.06))
+def test_rewards_of_0_and_1_get_a_wilson_interval_never_outside_0_1() -> None:
+    # n = 2, one pass: a normal interval with z = 1.96 was -0.48..1.48
+    two = estimate_mean(2, 1.0, 1.0, low=0.0, high=1.0, binary=True)
+    assert (two.method, two.mean) == ("wilson", 0.5)
+    assert (two.ci_low, two.ci_high) == pytest.approx(wilson_interval(1, 2))
+    assert 0.0 < two.ci_low < 0.5 < two.ci_high < 1.0
+    # all equal: a Wilson interval still has a width (it was zero-width)
+    perfect = estimate_mean(10, 10.0, 10.0, low=1.0, high=1.0, binary=True)
+    assert (perfect.ci_low, perfect.ci_high) == pytest.approx((0.7224672, 1.0), abs=1e-6)
+
+
+def test_equal_rewards_that_are_not_0_or_1_give_no_interval_rather_than_a_zero_width_one() -> None:
+    estimate = estimate_mean(4, 2.0, 1.0, low=0.5, high=0.5)
+    assert (estimate.mean, estimate.stderr) == (0.5, 0.0)
+    assert (estimate.ci_low, estimate.ci_high, estimate.method) == (None, None, None)
 
 
 def test_estimate_mean_needs_two_values_for_an_error_and_one_for_a_mean() -> None:
@@ -112,9 +168,29 @@ def test_estimate_mean_needs_two_values_for_an_error_and_one_for_a_mean() -> Non
         "mean": None,
         "stderr": None,
         "ci95": None,
+        "ci_method": None,
+        "clusters": None,
     }
     one = estimate_mean(1, 0.5, 0.25)
     assert (one.mean, one.stderr, one.ci_low) == (0.5, None, None)
+
+
+def test_samples_of_one_row_are_clustered_not_counted_as_independent() -> None:
+    """10 rows x 4 samples, each row's samples all equal: the data hold 10 observations,
+    not 40; the clustered standard error is that of the 10 row means (Miller 2024)."""
+    rows = [(4.0, 4.0 * (r % 2)) for r in range(10)]
+    clustered = estimate_mean(40, 20.0, 20.0, low=0.0, high=1.0, clusters=rows)
+    row_means = [float(r % 2) for r in range(10)]
+    assert clustered.stderr == pytest.approx(statistics.stdev(row_means) / math.sqrt(10))
+    assert (clustered.method, clustered.clusters) == ("student-t, clustered by row", 10)
+    half = t_quantile(0.975, 9) * clustered.stderr
+    assert clustered.ci_low == pytest.approx(0.5 - half)
+    independent = estimate_mean(40, 20.0, 20.0, low=0.0, high=1.0)
+    assert independent.stderr is not None and independent.stderr < clustered.stderr / 2
+    # as a proportion: Wilson over the effective sample size, here the 9 of C(C-1)/C rows
+    wilson = estimate_mean(40, 20.0, 20.0, binary=True, clusters=rows)
+    assert wilson.method == "wilson, clustered by row"
+    assert (wilson.ci_low, wilson.ci_high) == pytest.approx(wilson_interval(4.5, 9.0))
 
 
 def test_percentile_interpolates_linearly() -> None:
@@ -212,3 +288,31 @@ def test_samples_run_reports_pass_at_k_of_the_known_pass_counts(
     )
     assert "pass@1 0.438 · pass@2 0.583 · pass@4 0.75" in proc.stdout
     assert "16 rollouts (4 samples per row)" in proc.stdout
+    # the four rows are four clusters: pass rate 7/16 with a standard error over rows
+    assert summary["pass"]["ci_method"] == "wilson, clustered by row"
+    assert summary["reward"]["all"]["clusters"] == 4
+    assert "pass rate 95% CI " in proc.stdout and ", wilson, clustered by row" in proc.stdout
+
+
+def test_printed_and_saved_intervals_stay_within_the_rewards_seen_and_name_their_method(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """Two graded rows and one failure: a z interval was mean ± 1.96 SE, reaching below 0
+    and above the highest reward; now Student-t with 1 degree of freedom, clipped."""
+    data = write_jsonl(
+        [
+            {"id": "a", "prompt": "hi", "label": "x", "metadata": {"reward": 0.2}},
+            {"id": "b", "prompt": "hi", "label": "x", "metadata": {"reward": 0.9}},
+            {"id": "c", "prompt": "hi", "label": "x", "metadata": {"raise": "RuntimeError"}},
+        ]
+    )
+    output = tmp_path / "out.jsonl"
+    grader = ("--grader", "tests.workflows:MetadataGrader")
+    proc = cli.local(data, "--workflow", "tests.workflows:ScriptedWorkflow", *grader, "-o", output)
+    assert proc.returncode == 1, proc.stderr
+    reward = json.loads((tmp_path / "out.summary.json").read_text())["reward"]
+    assert reward["graded"]["ci_method"] == reward["all"]["ci_method"] == "student-t"
+    assert reward["graded"]["ci95"] == pytest.approx([0.2, 0.9])  # t(0.975, 1) = 12.7
+    assert reward["all"]["ci95"] == pytest.approx([0.0, 0.9])  # the failure counts 0
+    assert "(95% CI 0.2–0.9, student-t) over 2 graded" in proc.stdout
+    assert "pass rate 95% CI 0–0.561, wilson" in proc.stdout  # 0 of 3 reached 1.0

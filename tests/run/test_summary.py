@@ -119,3 +119,14 @@ def test_percentile_interpolates_linearly(
     values: list[float], q: float, expected: float | None
 ) -> None:
     assert percentile(values, q) == expected
+
+
+def test_a_run_with_nothing_graded_claims_no_interval_for_rewards_it_never_saw() -> None:
+    builder = SummaryBuilder()
+    for _ in range(5):
+        builder.add_values("success", None, None, "no grader configured", 1.0)
+    summary = builder.build()
+    assert summary.all_estimate is not None and summary.pass_estimate is not None
+    assert (summary.all_estimate.mean, summary.all_estimate.ci_low) == (0.0, None)
+    assert (summary.pass_estimate.mean, summary.pass_estimate.ci_low) == (0.0, None)
+    assert summary.to_dict()["pass"]["ci95"] is None

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
+import json
 import os
 import shutil
 import tempfile
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTIME_DIR, tree_digest
 from osmo_run.errors import DockerCommandError, EnvironmentNotReady, TaskDirError
@@ -81,14 +85,66 @@ async def engine_ready() -> None:
 
 
 async def bridge_gateway() -> str:
-    """The host's address on Docker's default bridge, which every container can reach."""
+    """The host's IPv4 address on Docker's default bridge, which every container can reach.
+
+    Raises :class:`EnvironmentNotReady` when the engine does not say, or says nothing
+    usable (see :func:`gateway_of_bridge`).
+    """
     try:
-        text = await docker(
-            "network", "inspect", "bridge", "--format", "{{(index .IPAM.Config 0).Gateway}}"
-        )
-    except DockerCommandError as exc:
+        text = await docker("network", "inspect", "bridge")
+        (network,) = json.loads(text)
+    except (DockerCommandError, ValueError, TypeError) as exc:
         raise EnvironmentNotReady(f"cannot find Docker's bridge network: {exc}") from None
-    return text.strip()
+    return gateway_of_bridge(network, _interface_ipv4)
+
+
+def gateway_of_bridge(network: dict[str, Any], interface_ipv4: Callable[[str], str | None]) -> str:
+    """The host's address on the bridge network ``network`` (one object of ``docker network
+    inspect``): its IPAM gateway; else the IPv4 address of its bridge interface (looked up
+    with ``interface_ipv4``); else the first address of its subnet, which Docker gives the
+    bridge by default.
+
+    A freshly created engine records the default bridge as ``[{"Subnet": "172.17.0.0/16"}]``,
+    without a gateway, until it restarts: the gateway field alone was empty there, and the
+    relay listened on every interface while trials were sent to ``http://:PORT``. Raises
+    :class:`EnvironmentNotReady` when no IPv4 address can be found.
+    """
+    configs = (network.get("IPAM") or {}).get("Config") or []
+    for config in configs:
+        gateway = str(config.get("Gateway") or "")
+        if gateway and ipaddress.ip_address(gateway.split("/")[0]).version == 4:
+            return gateway.split("/")[0]
+    name = (network.get("Options") or {}).get("com.docker.network.bridge.name")
+    address = interface_ipv4(str(name)) if name else None
+    if address:
+        return address
+    for config in configs:
+        subnet = ipaddress.ip_network(str(config.get("Subnet") or "::/128"), strict=False)
+        if subnet.version == 4 and subnet.num_addresses > 2:
+            return str(subnet[1])
+    raise EnvironmentNotReady(
+        f"Docker's bridge network records no IPv4 gateway or subnet ({json.dumps(configs)}); "
+        "restart the engine, or serve the model on an address containers reach"
+    )
+
+
+def _interface_ipv4(name: str) -> str | None:
+    """The IPv4 address of network interface ``name`` (Linux), ``None`` if unknown."""
+    try:
+        import fcntl
+        import socket
+        import struct
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            request = struct.pack("256s", name.encode()[:15])
+            answer = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+        return socket.inet_ntoa(answer[20:24])
+    except (ImportError, OSError):
+        return None
+
+
+_SIOCGIFADDR = 0x8915
+"""Linux ioctl: an interface's IPv4 address (``ip -4 addr show NAME`` without iproute2)."""
 
 
 async def image_exists(tag: str) -> bool:

@@ -113,6 +113,9 @@ async def reach_from_trials(
             f"{section}.base_url to it"
         )
     gateway = await docker_ops.bridge_gateway()
+    if not gateway or ipaddress.ip_address(gateway).is_unspecified:
+        # asyncio would listen on every interface: the model open to other machines
+        raise EnvironmentNotReady(f"Docker's bridge gateway {gateway!r} is not one address")
     relay = LoopbackRelay(*url_target(llm.base_url))
     try:
         port = await relay.start(gateway)
