@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from osmo_run.sdk._rollout import (
 from osmo_run.sdk._sandbox import grader_input, result_to_json, workflow_input
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.model_clients import ModelClients, reset_model_clients, use_model_clients
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
@@ -37,6 +39,10 @@ class LocalBackend(ExecutionBackend):
     ``isolation="process"`` runs each phase in a child process (importing the workflow
     from ``code_dir``) that is killed when it overruns its deadline, so even code that
     blocks the event loop forever cannot hold a row past it.
+
+    In-process rollouts share the run's :class:`~osmo_run.sdk.model_clients.ModelClients`
+    (one pooled HTTP client per endpoint, sized to the concurrency), closed by
+    :meth:`aclose`.
     """
 
     def __init__(
@@ -59,8 +65,10 @@ class LocalBackend(ExecutionBackend):
         self._grader_config = grader_config or GraderConfig()
         self._llm = llm
         self._artifacts_root = artifacts_root
-        self._slots = asyncio.Semaphore(self._workflow_config.concurrency.max_concurrent)
+        concurrency = self._workflow_config.concurrency.max_concurrent
+        self._slots = asyncio.Semaphore(concurrency)
         self._running = 0
+        self.model_clients = ModelClients(concurrency)
         if isolation not in ("none", "process"):
             raise InputError(f"isolation: {isolation!r} is not 'none' or 'process'")
         self._isolated: ProcessPhaseRunner | None = None
@@ -89,6 +97,7 @@ class LocalBackend(ExecutionBackend):
         async with self._slots:
             started = time.monotonic()
             self._running += 1
+            clients = use_model_clients(self.model_clients)  # this row's task only
             try:
                 self._report_progress(request.id, "workflow")
                 result = await self._workflow_phase(request)
@@ -108,6 +117,7 @@ class LocalBackend(ExecutionBackend):
                 result.timings.total_sec = time.monotonic() - started
                 (on_grader_complete or on_workflow_complete)(result)
             finally:
+                reset_model_clients(clients)
                 self._running -= 1
 
     async def _workflow_phase(self, request: ExecutionRequest) -> ExecutionResult:
@@ -135,6 +145,12 @@ class LocalBackend(ExecutionBackend):
         result.timings.workflow_sec = workflow_result.timings.workflow_sec
         return result
 
+    async def prepare(self) -> None:
+        message = self.model_clients.capped_message
+        if message is not None and self._isolated is None:
+            print(f"osmo-run: {message}", file=sys.stderr, flush=True)  # once, before any row
+
     async def aclose(self) -> None:
+        await self.model_clients.aclose()
         if self._isolated is not None:
             self._isolated.close()

@@ -253,10 +253,11 @@ async def run_workflow_phase(
     set either way.
     """
     started = time.monotonic()
-    rollout = RolloutContext(rollout_id=request.id, llm=llm)
+    timeout_sec = request.agent_timeout_sec
+    deadline = None if timeout_sec is None else started + timeout_sec
+    rollout = RolloutContext(rollout_id=request.id, llm=llm, deadline=deadline)
     context = contextvars.copy_context()
     context.run(_current.set, rollout)
-    timeout_sec = request.agent_timeout_sec
     try:
         instance = make_workflow(workflow, config)
         ctx = AgentWorkflowContext(
@@ -283,8 +284,9 @@ async def run_workflow_phase(
             request, Phase.WORKFLOW, categorize_exception(exc), describe_exception(exc)
         )
     result.timings.workflow_sec = time.monotonic() - started
-    if rollout.usage.model_calls:  # a copy: an abandoned workflow may still be counting
-        result.usage = dataclasses.replace(rollout.usage)
+    usage = rollout.usage  # copied: an abandoned workflow may still be counting
+    if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
+        result.usage = dataclasses.replace(usage)
     return result
 
 
