@@ -42,7 +42,7 @@ T = TypeVar("T")
 CANCEL_GRACE_SEC = 1.0
 """How long a timed-out coroutine may take to honour cancellation before it is abandoned."""
 
-_RATE_LIMIT_NAMES = frozenset({"RateLimitError"})
+_RATE_LIMIT_NAMES = frozenset({"RateLimitError", "ModelThrottledException"})  # strands'
 _MODEL_API_NAMES = frozenset(
     {"ModelAPIError", "APIError", "APIStatusError", "APIConnectionError", "InternalServerError"}
 )
