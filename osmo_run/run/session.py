@@ -300,10 +300,11 @@ def _start_embedded_llm(
     spec = settings.spec
     if spec.llm is None or not spec.llm.embedded:
         return
-    from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer
+    from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer, server_shape
 
-    parallel = min(spec.agent_workflow_config().concurrency.max_concurrent, 8)
-    server = EmbeddedLLMServer(parallel=parallel, log_path=paths.results.with_suffix(".llm.log"))
+    parallel, context = server_shape(spec.agent_workflow_config().concurrency.max_concurrent)
+    log_path = paths.results.with_suffix(".llm.log")
+    server = EmbeddedLLMServer(parallel=parallel, context_tokens=context, log_path=log_path)
     started.callback(server.stop)
     settings.llm = server.start()
     startup_sec = server.startup_sec or 0.0
@@ -311,6 +312,7 @@ def _start_embedded_llm(
     manifest.info["llm_server"] = {
         "embedded": MODEL_NAME,
         "pid": server.pid,
+        "parallel": parallel,
         "startup_sec": round(startup_sec, 3),
     }
     settings.description += f" · {MODEL_NAME} (embedded, ready in {startup_sec:.1f}s)"
