@@ -169,7 +169,9 @@ def _new_openai_client(endpoint: LLMEndpoint, clients: ModelClients | None) -> A
         limits = http.Limits(max_keepalive_connections=0)
     else:
         n = clients.connections
-        limits = http.Limits(max_connections=n, max_keepalive_connections=n)
+        # idle connections kept a minute (httpx's default is 5 s): rows between calls
+        # may think longer than that, and a new TLS connection costs a handshake
+        limits = http.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60)
         aiohttp_transport = _aiohttp_transport_class(http) if clients.use_aiohttp else None
         if aiohttp_transport is not None:  # openai's aiohttp transport: fast under load
             inner, client_class = aiohttp_transport(limits=limits), DefaultAioHttpClient
