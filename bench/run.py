@@ -1577,16 +1577,19 @@ def w_llm_harbor(opts: Options) -> None:
         ],
         table,
     )
-    relay_ms = (best_of["harbor"][1][0] - best_of["isolated"][1][0]) * 1000
+    trial = best_of["harbor"][1][0]
+    relay_ms = (trial - best_of["local"][1][0]) * 1000
+    isolated_ms = (trial - best_of["isolated"][1][0]) * 1000
     opts.report.text(
-        f"The relay's cost per call: **{relay_ms:.1f} ms** (trials through the relay against "
-        "the same stdlib client in a host child process)."
+        f"A call from a trial, through the relay, takes **{relay_ms:+.1f} ms** against the same "
+        f"call from the host in process, and {isolated_ms:+.1f} ms against the same stdlib "
+        "client in a host child process (`--isolation process`)."
     )
     opts.report.target(
         "11",
-        "harbor: relay cost per call vs from the host",
-        f"{relay_ms:.1f} ms",
-        "<= 5 ms",
+        "harbor: a call through the relay vs from the host",
+        f"{relay_ms:+.1f} ms",
+        "<= +5 ms",
         relay_ms <= 5,
     )
 
