@@ -13,7 +13,10 @@ HTTP exchange is real. It answers ``POST /v1/chat/completions``:
 - streams (SSE) when asked, as Strands does.
 
 ``fail_next(n, status, retry_after)`` answers the next ``n`` calls with ``status``.
-``delay_sec`` holds every answer that long. It speaks HTTP/1.1 with kept-alive
+``delay_sec`` holds every answer that long; with ``gather`` set, a call is held until
+``gather`` calls are in flight at once (at most ``gather_timeout_sec``), then ``delay_sec``:
+a client that allows N calls at once shows N in ``peak_in_flight`` however busy the
+machine is, and one that allows fewer shows fewer. It speaks HTTP/1.1 with kept-alive
 connections, and counts what a client did: ``requests`` (path, auth, body, the client's
 port, arrival time), ``in_flight`` and ``peak_in_flight`` (calls being answered at once),
 ``connections`` (distinct client connections seen) and ``open_connections`` (still open).
@@ -52,12 +55,15 @@ class StubModel(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.delay_sec = delay_sec
         self.tool_turns = tool_turns
+        self.gather: int | None = None
+        self.gather_timeout_sec = 20.0
+        self._released = 0  # how many times `gather` calls were in flight at once
         self.requests: list[StubRequest] = []
         self.in_flight = 0
         self.peak_in_flight = 0
         self.open_connections = 0
         self._failures: list[tuple[int, float | None]] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
 
     @property
     def base_url(self) -> str:
@@ -81,7 +87,17 @@ class StubModel(ThreadingHTTPServer):
             self.requests.append(request)
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-            return self._failures.pop(0) if self._failures else None
+            failure = self._failures.pop(0) if self._failures else None
+            if self.gather is not None:  # hold every call until `gather` are in flight
+                generation = self._released
+                if self.in_flight >= self.gather:
+                    self._released += 1
+                    self._lock.notify_all()
+                else:
+                    self._lock.wait_for(
+                        lambda: self._released > generation, self.gather_timeout_sec
+                    )
+            return failure
 
     def _leave(self) -> None:
         with self._lock:

@@ -4,7 +4,8 @@ left open when the run ends (Ctrl-C included).
 
 The endpoint is the stub of :mod:`tests.llm.stub_model` (a paid model API cannot be
 reached here); the clients, the LocalBackend, the agent frameworks and the CLI are real.
-No assertion is a wall-clock upper bound: "64 at once" is counted by the stub.
+No assertion is a wall-clock upper bound: "64 at once" is counted by the stub, which holds
+each call until 64 are in flight (``gather``), so a busy machine cannot hide them.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def test_the_endpoint_sees_the_runs_concurrency_through_one_client(
                 super().__init__(*args, **kwargs)
 
         monkeypatch.setattr(openai, "AsyncOpenAI", CountingAsyncOpenAI)
-    stub_model.delay_sec = 0.2
+    stub_model.delay_sec, stub_model.gather = 0.2, CONCURRENCY
     backend = _backend(workflow, stub_model, CONCURRENCY)
     results = asyncio.run(_run_all(backend, _requests(3 * CONCURRENCY)))
 
@@ -146,7 +147,7 @@ def test_the_endpoint_sees_the_runs_concurrency_through_one_client(
 def test_without_aiohttp_the_thread_pool_still_holds_the_concurrency(
     stub_model: StubModel,
 ) -> None:
-    stub_model.delay_sec = 0.2
+    stub_model.delay_sec, stub_model.gather = 0.2, CONCURRENCY
     backend = _backend(ChatOnce, stub_model, CONCURRENCY)
     backend.model_clients = ModelClients(CONCURRENCY, use_aiohttp=False)
     results = asyncio.run(_run_all(backend, _requests(2 * CONCURRENCY)))
@@ -157,7 +158,7 @@ def test_without_aiohttp_the_thread_pool_still_holds_the_concurrency(
 
 def test_outside_a_run_calls_are_not_capped_by_a_pool(stub_model: StubModel) -> None:
     """Inside a sandbox (no run's clients) each call has a thread of its own."""
-    stub_model.delay_sec = 0.2
+    stub_model.delay_sec, stub_model.gather = 0.2, 20
 
     async def many() -> list[dict[str, Any]]:
         calls = [
