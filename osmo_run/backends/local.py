@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from osmo_run.errors import InputError
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import import_path_of, resolve_class
+from osmo_run.sdk.model_clients import ModelClients, reset_model_clients, use_model_clients
 from osmo_run.sdk.rollout import (
     GraderSource,
     WorkflowSource,
@@ -38,6 +40,9 @@ class LocalBackend(ExecutionBackend):
     blocks the event loop forever cannot hold a row past it.
 
     ``llm`` is the endpoint workflows reach, ``judge`` the one graders reach (``ctx.judge``).
+    In-process rollouts share the run's :class:`~osmo_run.sdk.model_clients.ModelClients`
+    (one pooled HTTP client per endpoint, sized to the concurrency), closed by
+    :meth:`aclose`.
     """
 
     def __init__(
@@ -62,8 +67,10 @@ class LocalBackend(ExecutionBackend):
         self._llm = llm
         self._judge = judge
         self._artifacts_root = artifacts_root
-        self._slots = asyncio.Semaphore(self._workflow_config.concurrency.max_concurrent)
+        concurrency = self._workflow_config.concurrency.max_concurrent
+        self._slots = asyncio.Semaphore(concurrency)
         self._running = 0
+        self.model_clients = ModelClients(concurrency)
         if isolation not in ("none", "process"):
             raise InputError(f"isolation: {isolation!r} is not 'none' or 'process'")
         self._isolated: ProcessPhaseRunner | None = None
@@ -92,6 +99,7 @@ class LocalBackend(ExecutionBackend):
         async with self._slots:
             started = time.monotonic()
             self._running += 1
+            clients = use_model_clients(self.model_clients)  # this row's task only
             try:
                 self._report_progress(request.id, ProgressPhase.WORKFLOW)
                 result = await self._workflow_phase(request)
@@ -111,6 +119,7 @@ class LocalBackend(ExecutionBackend):
                 result.timings.total_sec = time.monotonic() - started
                 (on_grader_complete or on_workflow_complete)(result)
             finally:
+                reset_model_clients(clients)
                 self._running -= 1
 
     async def _workflow_phase(self, request: ExecutionRequest) -> ExecutionResult:
@@ -143,6 +152,12 @@ class LocalBackend(ExecutionBackend):
         result.timings.workflow_sec = workflow_result.timings.workflow_sec
         return result
 
+    async def prepare(self) -> None:
+        message = self.model_clients.capped_message
+        if message is not None and self._isolated is None:
+            print(f"osmo-run: {message}", file=sys.stderr, flush=True)  # once, before any row
+
     async def aclose(self) -> None:
+        await self.model_clients.aclose()
         if self._isolated is not None:
             self._isolated.close()

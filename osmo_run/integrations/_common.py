@@ -1,17 +1,28 @@
-"""What both integrations share: the rollout's endpoint, an OpenAI client for it that never
-sends an assistant message without content, chat-message normalization and sample metrics.
+"""What both integrations share: the rollout's endpoint, the run's OpenAI client for it (one
+per run and endpoint, on openai's aiohttp transport) that never sends an assistant message
+without content and retries rate-limited calls, chat-message normalization and sample
+metrics.
 
 Imports ``openai`` (both frameworks depend on it) and its HTTP library only inside functions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
+from osmo_run.sdk.model_clients import ModelClients, current_model_clients
+from osmo_run.sdk.model_retry import (
+    DEFAULT_POLICY,
+    CallRetries,
+    CallRetryPolicy,
+    is_retryable_status,
+    retry_after_sec,
+)
 from osmo_run.sdk.types import LLMUsage, Message
 
 if TYPE_CHECKING:
@@ -76,52 +87,129 @@ def _http_module() -> ModuleType:
     return importlib.import_module("httpx")
 
 
-def _fixing_transport(http: Any) -> Any:
-    """An async transport of the ``http`` module that applies :func:`fill_assistant_content`
-    to chat-completion requests."""
+def _aiohttp_transport_class(http: ModuleType) -> Any | None:
+    """``httpx_aiohttp``'s transport for ``http`` (what openai's ``DefaultAioHttpClient`` is
+    built on: ``pip install 'openai[aiohttp]'``), or ``None`` when it is not installed."""
+    name = "httpx_aiohttp" if http.__name__ == "httpx" else f"httpx_aiohttp.{http.__name__}"
+    try:
+        return importlib.import_module(name).AiohttpTransport
+    except (ImportError, AttributeError):
+        return None
 
-    class AssistantContentTransport(http.AsyncBaseTransport):
-        def __init__(self) -> None:
-            # No kept-alive connections: an unclosed client then holds no socket.
-            self._inner = http.AsyncHTTPTransport(limits=http.Limits(max_keepalive_connections=0))
 
+def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
+    """An async transport of the ``http`` module around ``inner`` that applies
+    :func:`fill_assistant_content` to chat-completion requests and retries 429, 408, 5xx
+    answers and failed connections per call (:mod:`osmo_run.sdk.model_retry`; the client
+    itself is built with ``max_retries=0``). A call whose tries run out returns its last
+    answer (openai raises ``RateLimitError``, ``InternalServerError``...) or raises its
+    last connection error (``APIConnectionError``)."""
+
+    class RolloutTransport(http.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
             if request.method == "POST" and request.url.path.endswith("/chat/completions"):
-                body = await request.aread()
+                request = _fixed_request(http, request)
+            retries = CallRetries(retry)
+            while True:
                 try:
-                    data = json.loads(body)
-                except ValueError:
-                    data = None
-                if isinstance(data, dict) and fill_assistant_content(data.get("messages")):
-                    content = json.dumps(data).encode()
-                    headers = request.headers.copy()
-                    headers["content-length"] = str(len(content))
-                    request = http.Request(
-                        request.method,
-                        request.url,
-                        headers=headers,
-                        content=content,
-                        extensions=request.extensions,
-                    )
-            return await self._inner.handle_async_request(request)
+                    response = await inner.handle_async_request(request)
+                except http.TransportError:
+                    wait = retries.next_wait()
+                    if wait is None:
+                        raise
+                else:
+                    if not is_retryable_status(response.status_code):
+                        return response
+                    wait = retries.next_wait(retry_after_sec(response.headers))
+                    if wait is None:
+                        return response
+                    await response.aclose()
+                await asyncio.sleep(wait)
 
         async def aclose(self) -> None:
-            await self._inner.aclose()
+            await inner.aclose()
 
-    return AssistantContentTransport()
+    return RolloutTransport()
 
 
-def openai_client(endpoint: LLMEndpoint) -> AsyncOpenAI:
-    """An ``AsyncOpenAI`` client for ``endpoint`` whose requests never carry an assistant
-    tool-call message with null content (see :func:`fill_assistant_content`)."""
-    from openai import AsyncOpenAI
+def _fixed_request(http: Any, request: Any) -> Any:
+    """``request`` with :func:`fill_assistant_content` applied to its JSON body (the same
+    request when nothing needs it: most bodies carry no tool calls and are not parsed)."""
+    body = request.content  # openai sends its JSON body as bytes, already read
+    if b'"tool_calls"' not in body:
+        return request
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return request
+    if not (isinstance(data, dict) and fill_assistant_content(data.get("messages"))):
+        return request
+    content = json.dumps(data).encode()
+    headers = request.headers.copy()
+    headers["content-length"] = str(len(content))
+    return http.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        content=content,
+        extensions=request.extensions,
+    )
+
+
+def _new_openai_client(endpoint: LLMEndpoint, clients: ModelClients | None) -> AsyncOpenAI:
+    from openai import AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
 
     http = _http_module()
+    retry = DEFAULT_POLICY if clients is None else clients.retry
+    if clients is None:
+        # One rollout's own client (no run pools them): no kept-alive connections, so a
+        # client nobody closes holds no socket.
+        inner = http.AsyncHTTPTransport(limits=http.Limits(max_keepalive_connections=0))
+        client_class: Any = DefaultAsyncHttpxClient
+        limits = http.Limits(max_keepalive_connections=0)
+    else:
+        n = clients.connections
+        # idle connections kept a minute (httpx's default is 5 s): rows between calls
+        # may think longer than that, and a new TLS connection costs a handshake
+        limits = http.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60)
+        aiohttp_transport = _aiohttp_transport_class(http) if clients.use_aiohttp else None
+        if aiohttp_transport is not None:  # openai's aiohttp transport: fast under load
+            inner, client_class = aiohttp_transport(limits=limits), DefaultAioHttpClient
+        else:  # openai without its aiohttp extra: httpx, pooled all the same
+            inner, client_class = http.AsyncHTTPTransport(limits=limits), DefaultAsyncHttpxClient
     return AsyncOpenAI(
         base_url=endpoint.base_url,
         api_key=endpoint.api_key or PLACEHOLDER_API_KEY,
-        http_client=http.AsyncClient(transport=_fixing_transport(http), timeout=600.0),
+        max_retries=0,  # retried per call by the transport, within the rollout's deadline
+        http_client=client_class(
+            transport=_fixing_transport(http, inner, retry), limits=limits, timeout=600.0
+        ),
     )
+
+
+def openai_client(endpoint: LLMEndpoint) -> AsyncOpenAI:
+    """The run's ``AsyncOpenAI`` client for ``endpoint``: one per run and endpoint, on
+    openai's aiohttp transport, with as many kept-alive connections as the run's
+    concurrency, closed when the run ends. Its requests never carry an assistant tool-call
+    message with null content (see :func:`fill_assistant_content`), and 429/5xx answers
+    and failed connections are retried per call (see :func:`_fixing_transport`).
+
+    Outside a run that pools clients (a sandbox: one rollout per process), a new client
+    of the rollout's own, on httpx without kept-alive connections.
+    """
+    clients = current_model_clients()
+    if clients is None:
+        return _new_openai_client(endpoint, None)
+    return clients.shared(
+        ("openai", endpoint.base_url, endpoint.api_key),
+        lambda: _new_openai_client(endpoint, clients),
+        _close_openai,
+        kind="openai",
+    )
+
+
+async def _close_openai(client: AsyncOpenAI) -> None:
+    await client.close()
 
 
 def text_content(content: object) -> object:

@@ -12,7 +12,8 @@ Inside ``AgentWorkflow.run``::
   (``ctx.llm``): every call's usage and latency is counted in the rollout (the output row's
   ``usage``), and no assistant tool-call message is sent without content.
 - :class:`RolloutAgent` is a ``strands.Agent`` that uses :func:`rollout_model` unless given
-  a model, takes the row's chat prompt (system messages become its system prompt), prints
+  a model (and then leaves retries to it: no ``retry_strategy`` unless given one), takes
+  the row's chat prompt (system messages become its system prompt), prints
   nothing unless given a ``callback_handler``, and registers itself as the rollout's
   :class:`~osmo_run.sdk.context.SampleSource`: its conversation (messages, tool calls, tool
   results) becomes the sample, as chat messages, with the model usage and tool-call counts
@@ -130,6 +131,10 @@ class RolloutAgent(Agent):
             prompt_system, prompt_messages = strands_prompt(prompt)
             system_prompt = system_prompt if system_prompt is not None else prompt_system
             messages = messages if messages is not None else prompt_messages
+        if model is None:
+            # The rollout's model retries each call within the rollout's deadline already;
+            # Strands' own retries (4 s, 8 s... on throttling) would wait past it.
+            kwargs.setdefault("retry_strategy", None)
         super().__init__(
             model=model if model is not None else rollout_model(),
             messages=messages,

@@ -40,6 +40,24 @@ INSTALL_COMMANDS = (
 )
 STARTUP_TIMEOUT_SEC = 60.0
 
+MAX_PARALLEL = 64
+"""The most requests the server decodes at once: more rows in flight wait in its queue."""
+CONTEXT_TOKENS = 8192
+TOKENS_PER_SLOT = 512
+MAX_CONTEXT_TOKENS = 32768
+"""The memory bound. The slots share one KV cache of ``max(CONTEXT_TOKENS, slots x
+TOKENS_PER_SLOT)`` tokens, at most this many; for SmolLM2-135M that is 22.5 KiB a token
+(30 layers x 3 KV heads x 64 dims x 2 x f16): 180 MiB at 8192 tokens, 720 MiB at 32768."""
+
+
+def server_shape(concurrency: int) -> tuple[int, int]:
+    """``(parallel slots, context tokens)`` for a run of ``concurrency``: one slot per row
+    in flight up to :data:`MAX_PARALLEL`, and a shared context that grows with the slots
+    within :data:`MAX_CONTEXT_TOKENS`."""
+    parallel = max(1, min(concurrency, MAX_PARALLEL))
+    context = min(max(CONTEXT_TOKENS, parallel * TOKENS_PER_SLOT), MAX_CONTEXT_TOKENS)
+    return parallel, context
+
 
 def _missing(what: str) -> EmbeddedLLMUnavailable:
     return EmbeddedLLMUnavailable(
@@ -76,15 +94,16 @@ class EmbeddedLLMServer:
     """The embedded model server of one run: ``start()``, use ``endpoint``, ``stop()``.
 
     ``parallel`` requests are decoded at once (more wait in the server's queue), sharing
-    ``context_tokens`` of context. The server's log goes to ``log_path`` (default: a
-    temporary file removed by :meth:`stop`). Also a context manager.
+    ``context_tokens`` of context (:func:`server_shape` sizes both for a run). The server's
+    log goes to ``log_path`` (default: a temporary file removed by :meth:`stop`). Also a
+    context manager.
     """
 
     def __init__(
         self,
         *,
         parallel: int = 4,
-        context_tokens: int = 8192,
+        context_tokens: int = CONTEXT_TOKENS,
         log_path: Path | None = None,
         startup_timeout_sec: float = STARTUP_TIMEOUT_SEC,
     ) -> None:

@@ -39,6 +39,8 @@ class UsageRecord(BaseModel):
     total_tokens: int
     model_calls: int
     model_sec: float
+    retried_calls: int = 0
+    """Calls retried after HTTP 429, 5xx or a refused connection (0 in older files)."""
 
 
 class AttemptRecord(BaseModel):

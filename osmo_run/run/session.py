@@ -66,15 +66,21 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     plan as it is."""
     if not any(s is not None and s.embedded for s in (plan.spec.llm, plan.spec.judge)):
         return plan
-    from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer
+    from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer, server_shape
 
-    parallel = min(plan.spec.build_workflow_config().concurrency.max_concurrent, 8)
+    concurrency = plan.spec.build_workflow_config().concurrency.max_concurrent
+    parallel, context_tokens = server_shape(concurrency)
     log_path = plan.paths.results.with_suffix(".llm.log")
-    server = EmbeddedLLMServer(parallel=parallel, log_path=log_path)
+    server = EmbeddedLLMServer(parallel=parallel, context_tokens=context_tokens, log_path=log_path)
     started.callback(server.stop)
     endpoint = server.start()
     startup_sec = server.startup_sec or 0.0
-    info = {"embedded": MODEL_NAME, "pid": server.pid, "startup_sec": round(startup_sec, 3)}
+    info = {
+        "embedded": MODEL_NAME,
+        "pid": server.pid,
+        "parallel": parallel,
+        "startup_sec": round(startup_sec, 3),
+    }
     note = f" · {MODEL_NAME} (embedded, ready in {startup_sec:.1f}s)"
     return with_model_server(plan, endpoint, info, note)
 

@@ -40,8 +40,9 @@ class LLMEndpoint:
 
 @dataclass
 class RolloutContext:
-    """Ambient state of one rollout: its id, the model endpoint, one sample source, and what
-    the rollout spent on its model (``usage``).
+    """Ambient state of one rollout: its id, the model endpoint, one sample source, what
+    the rollout spent on its model (``usage``), and its workflow ``deadline`` (a
+    ``time.monotonic()`` instant, ``None`` for none), which per-call retries never pass.
 
     The grader phase runs in a context of its own: there ``llm`` is the judge endpoint and
     ``usage`` what the grader spent (the row's ``grader_usage``)."""
@@ -50,6 +51,7 @@ class RolloutContext:
     llm: LLMEndpoint | None = None
     _sample_source: SampleSource | None = field(default=None, repr=False)
     usage: LLMUsage = field(default_factory=LLMUsage)
+    deadline: float | None = None
 
     def record_llm_call(
         self, prompt_tokens: int | None, completion_tokens: int | None, seconds: float
@@ -60,6 +62,10 @@ class RolloutContext:
         response; a client of your own can too. Missing token counts count as 0.
         """
         self.usage.add(prompt_tokens or 0, completion_tokens or 0, seconds)
+
+    def record_retried_call(self) -> None:
+        """Count one model call that needed at least one retry (``usage.retried_calls``)."""
+        self.usage.retried_calls += 1
 
     @property
     def sample_source(self) -> SampleSource | None:

@@ -1,10 +1,16 @@
-"""A minimal async client for OpenAI-compatible chat completions, stdlib only.
+"""A minimal async client for OpenAI-compatible chat completions.
 
-Enough for workflows that run inside sandboxes with nothing installed. Errors carry the
-class names osmo-run categorizes by: :class:`RateLimitError` (HTTP 429) and
-:class:`ModelAPIError` (other HTTP errors, refused connections, bad responses). The API
-key is sent in a header and never appears in an error message. Every answer's token usage
-and latency is counted in the running rollout's ``usage`` (the output row's ``usage``).
+Errors carry the class names osmo-run categorizes by: :class:`RateLimitError` (HTTP 429)
+and :class:`ModelAPIError` (other HTTP errors, refused connections, bad responses). 429,
+408, 5xx answers and refused or dropped connections are retried per call first
+(:mod:`osmo_run.sdk.model_retry`: backoff with jitter, ``Retry-After`` honoured, never past
+the rollout's deadline; each retried call counted in ``usage.retried_calls``). The API key
+is sent in a header and never appears in an error message. Every answer's token usage and
+latency is counted in the running rollout's ``usage`` (the output row's ``usage``).
+
+In a run, calls go through the run's pooled client for the endpoint
+(:mod:`osmo_run.sdk.model_clients`: ``aiohttp`` with kept-alive connections, as many as the
+run's concurrency); elsewhere (a sandbox, no run) through urllib, stdlib only.
 """
 
 from __future__ import annotations
@@ -12,12 +18,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 
 from osmo_run.errors import ModelAPIError, RateLimitError
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
+from osmo_run.sdk.model_clients import current_model_clients
+from osmo_run.sdk.model_http import HTTPAnswer, TransportError, post_in_own_thread
+from osmo_run.sdk.model_retry import (
+    DEFAULT_POLICY,
+    CallRetries,
+    is_retryable_status,
+    retry_after_sec,
+)
 from osmo_run.sdk.types import Message
 
 __all__ = ["ModelAPIError", "RateLimitError", "chat_completion", "record_usage"]
@@ -35,27 +47,55 @@ def _endpoint(endpoint: LLMEndpoint | None) -> LLMEndpoint:
     return llm
 
 
-def _post(url: str, body: bytes, headers: dict[str, str], timeout_sec: float) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_sec) as response:
-            payload = response.read()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(300).decode("utf-8", "replace").strip()
-        kind = RateLimitError if exc.code == 429 else ModelAPIError
-        raise kind(f"{url} answered HTTP {exc.code}: {detail}", status=exc.code) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ModelAPIError(f"cannot reach {url}: {reason}") from None
+def _status_error(url: str, answer: HTTPAnswer) -> ModelAPIError:
+    detail = answer.body[:300].decode("utf-8", "replace").strip()
+    kind = RateLimitError if answer.status == 429 else ModelAPIError
+    return kind(f"{url} answered HTTP {answer.status}: {detail}", status=answer.status)
+
+
+def _completion(url: str, payload: bytes) -> dict[str, Any]:
     try:
         data = json.loads(payload)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ModelAPIError(
             f"{url} answered something that is not JSON: {payload[:120]!r}"
         ) from None
     if not isinstance(data, dict) or not data.get("choices"):
         raise ModelAPIError(f"{url} answered without 'choices': {str(data)[:200]}")
     return data
+
+
+async def _post_with_retries(
+    url: str, body: bytes, headers: dict[str, str], timeout_sec: float
+) -> HTTPAnswer:
+    """The first answer that is not worth retrying; raises ``ModelAPIError`` when the
+    tries run out on a retryable one (or on no answer at all)."""
+    clients = current_model_clients()
+    retries = CallRetries(DEFAULT_POLICY if clients is None else clients.retry)
+    while True:
+        error: ModelAPIError
+        retry_after = None
+        clients = current_model_clients()  # None once the run closed them (an abandoned row)
+        try:
+            if clients is None:
+                answer = await post_in_own_thread(url, body, headers, timeout_sec)
+            else:
+                answer = await clients.post(url, body, headers, timeout_sec)
+        except TransportError as exc:
+            if not exc.retryable:
+                raise ModelAPIError(str(exc)) from None
+            error = ModelAPIError(str(exc))
+        else:
+            if not is_retryable_status(answer.status):
+                return answer
+            error = _status_error(url, answer)
+            retry_after = retry_after_sec(answer.headers)
+        wait = retries.next_wait(retry_after)
+        if wait is None:
+            if retries.tries > 1:
+                error.args = (f"{error.args[0]} ({retries.gave_up_because})",)
+            raise error
+        await asyncio.sleep(wait)
 
 
 async def chat_completion(
@@ -66,18 +106,23 @@ async def chat_completion(
 ) -> dict[str, Any]:
     """POST ``messages`` to ``endpoint`` (default: the rollout's) and return the response.
 
-    The returned dict is the endpoint's JSON plus ``"_latency_sec"``; inside a rollout, the
-    call and its ``usage`` are counted with :func:`record_usage`. Raises
-    :class:`RateLimitError`, :class:`ModelAPIError`, or ``ValueError`` when no endpoint is
-    configured.
+    The returned dict is the endpoint's JSON plus ``"_latency_sec"`` (retries and their
+    waits included); inside a rollout, the call and its ``usage`` are counted with
+    :func:`record_usage`. ``timeout_sec`` bounds each try. Raises :class:`RateLimitError`,
+    :class:`ModelAPIError` (once per-call retries are spent), or ``ValueError`` when no
+    endpoint is configured.
     """
     llm = _endpoint(endpoint)
     body = json.dumps({"model": llm.model, "messages": messages, **params}).encode()
     headers = {"Content-Type": "application/json"}
     if llm.api_key:
         headers["Authorization"] = f"Bearer {llm.api_key}"
+    url = llm.chat_completions_url
     started = time.monotonic()
-    data = await asyncio.to_thread(_post, llm.chat_completions_url, body, headers, timeout_sec)
+    answer = await _post_with_retries(url, body, headers, timeout_sec)
+    if answer.status >= 400:
+        raise _status_error(url, answer)
+    data = _completion(url, answer.body)
     data["_latency_sec"] = time.monotonic() - started
     record_usage(data.get("usage"), data["_latency_sec"])
     return data

@@ -201,10 +201,11 @@ async def run_workflow_phase(
     set either way.
     """
     started = time.monotonic()
-    rollout = RolloutContext(rollout_id=request.id, llm=llm)
+    timeout_sec = request.agent_timeout_sec
+    deadline = None if timeout_sec is None else started + timeout_sec
+    rollout = RolloutContext(rollout_id=request.id, llm=llm, deadline=deadline)
     context = contextvars.copy_context()
     context.run(_current.set, rollout)
-    timeout_sec = request.agent_timeout_sec
     try:
         instance = make_workflow(workflow, config)
         ctx = AgentWorkflowContext(
@@ -231,8 +232,9 @@ async def run_workflow_phase(
     except Exception as exc:
         result = ExecutionResult.from_exception(request.id, exc, Phase.WORKFLOW)
     result.timings.workflow_sec = time.monotonic() - started
-    if rollout.usage.model_calls:  # a copy: an abandoned workflow may still be counting
-        result.usage = dataclasses.replace(rollout.usage)
+    usage = rollout.usage  # copied: an abandoned workflow may still be counting
+    if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
+        result.usage = dataclasses.replace(usage)
     return result
 
 
@@ -267,10 +269,11 @@ async def run_grader_phase(
     started = time.monotonic()
     result = workflow_result
     result.info.pop(GRADER_INFO_KEY, None)  # an earlier grading's (regrade) is not this one's
-    rollout = RolloutContext(rollout_id=request.id, llm=judge)
+    timeout_sec = request.grader_timeout_sec
+    deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
+    rollout = RolloutContext(rollout_id=request.id, llm=judge, deadline=deadline)
     context = contextvars.copy_context()
     context.run(_current.set, rollout)
-    timeout_sec = request.grader_timeout_sec
     ctx: GraderContext | None = None
     try:
         instance = make_grader(grader, config)

@@ -108,12 +108,15 @@ class LLMUsage:
     Filled from the endpoint's responses (``usage.prompt_tokens`` and
     ``usage.completion_tokens``) by :func:`osmo_run.sdk.llm.chat_completion` and by the
     agent-framework integrations, through :meth:`RolloutContext.record_llm_call`.
+    ``retried_calls`` counts the calls that were retried (HTTP 429, 5xx, a refused
+    connection) before they answered or gave up.
     """
 
     model_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model_sec: float = 0.0
+    retried_calls: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -134,6 +137,7 @@ class LLMUsage:
             "total_tokens": self.total_tokens,
             "model_calls": self.model_calls,
             "model_sec": round(self.model_sec, 6),
+            "retried_calls": self.retried_calls,
         }
 
     @classmethod
@@ -147,6 +151,7 @@ class LLMUsage:
                 prompt_tokens=int(data.get("prompt_tokens") or 0),
                 completion_tokens=int(data.get("completion_tokens") or 0),
                 model_sec=float(data.get("model_sec") or 0.0),
+                retried_calls=int(data.get("retried_calls") or 0),
             )
         except (TypeError, ValueError):
             return None
@@ -208,7 +213,7 @@ class Timings:
         )
 
 
-_RATE_LIMIT_NAMES = frozenset({"RateLimitError"})
+_RATE_LIMIT_NAMES = frozenset({"RateLimitError", "ModelThrottledException"})  # strands'
 _MODEL_API_NAMES = frozenset(
     {"ModelAPIError", "APIError", "APIStatusError", "APIConnectionError", "InternalServerError"}
 )

@@ -47,7 +47,8 @@ def explanation(result: ExecutionResult) -> str:
 
 class ScriptedJudge(ThreadingHTTPServer):
     """An OpenAI-compatible chat endpoint that answers from ``script``: each item is the
-    reply text, or an ``int`` HTTP status to fail with; or ``respond(body)`` answers when
+    reply text, or an ``int`` HTTP status to fail with (sent with a ``Retry-After`` too long
+    to wait for); or ``respond(body)`` answers when
     set (for requests whose order is not fixed). Records every request's body and headers.
     Stands in for a paid judge model; the client, HTTP and parsing are real."""
 
@@ -110,6 +111,10 @@ class _JudgeHandler(BaseHTTPRequestHandler):
                 }
             ).encode()
         self.send_response(status)
+        if status != 200:
+            # a failure that persists: the client's per-call retries give up at once on a
+            # Retry-After this long, so the row sees the status (not the next scripted answer)
+            self.send_header("Retry-After", "3600")
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -71,6 +71,7 @@ def test_a_graders_model_calls_are_its_own_usage_not_the_workflows() -> None:
         "total_tokens": 430,
         "model_calls": 2,
         "model_sec": 0.75,
+        "retried_calls": 0,
     }
     # grading again with a grader that calls no model leaves no earlier grader's usage
     regraded = asyncio.run(run_grader_phase(request, again, SilentGrader, GraderConfig()))

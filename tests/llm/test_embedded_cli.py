@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,55 @@ def test_readme_llm_command_runs_the_example_with_real_token_counts(
     )
     assert "tokens" in proc.stderr + proc.stdout  # the rendered summary's tokens line
     assert f"{summary['total_tokens']:,} (" in proc.stdout + proc.stderr
+    info = json.loads(output.with_name("results.manifest.json").read_text())["info"]
+    assert info["llm_server"]["parallel"] == 4  # the spec's concurrency
     assert _gone(_server_pid(output.with_name("results.manifest.json")))
+
+
+def _slots_busy(base_url: str) -> int:
+    url = base_url.removesuffix("/v1") + "/slots"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return sum(1 for slot in json.loads(response.read()) if slot["is_processing"])
+
+
+def test_at_concurrency_8_the_server_decodes_8_at_once(
+    tmp_path: Path, write_jsonl: WriteJsonl
+) -> None:
+    """llama.cpp's own /slots report, read while the run goes: 8 requests decoding."""
+    require_embedded()
+    data = write_jsonl([{"id": f"r{i}", "prompt": f"Tell a story about {i}."} for i in range(8)])
+    spec = _spec(
+        tmp_path,
+        workflow="examples.llm_chat:ChatWorkflow",
+        concurrency=8,
+        workflow_config={"settings": {"max_tokens": 48}},
+    )
+    manifest = tmp_path / "out" / "results.manifest.json"
+    proc = subprocess.Popen(
+        [str(OSMO_RUN), "local", str(data), "--spec", str(spec), "--display", "none"],
+        cwd=tmp_path,
+        env=cli_env(NO_PROXY="127.0.0.1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    peak = 0
+    try:
+        while proc.poll() is None and not manifest.exists():
+            time.sleep(0.05)
+        base_url = json.loads(manifest.read_text())["info"]["llm_base_url"]
+        while proc.poll() is None and peak < 8:
+            try:
+                peak = max(peak, _slots_busy(base_url))
+            except OSError:
+                pass  # the server stopped with the run
+            time.sleep(0.05)
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, stderr
+    assert peak == 8
 
 
 def test_a_failed_row_fails_the_run_and_stops_the_server(

@@ -161,3 +161,10 @@ def test_spec_says_embedded_as_a_word_or_a_mapping(llm: object) -> None:
 def test_spec_refuses_a_half_endpoint(llm: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RunSpec.model_validate({"workflow": "a:B", "llm": llm})
+
+
+def test_server_shape_follows_the_concurrency_within_its_memory_bound() -> None:
+    assert embedded.server_shape(1) == (1, 8192)
+    assert embedded.server_shape(8) == (8, 8192)
+    assert embedded.server_shape(32) == (32, 16384)  # 512 context tokens per slot
+    assert embedded.server_shape(1000) == (embedded.MAX_PARALLEL, embedded.MAX_CONTEXT_TOKENS)

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.llm.conftest import ScriptedModel, require_extra
+from tests.llm.conftest import require_extra
+from tests.llm.stub_model import StubModel
 
 require_extra("agents", "openai-agents")
 
@@ -103,8 +104,8 @@ def test_real_agent_loop_against_the_embedded_model(embedded_llm: LLMEndpoint) -
     assert result.usage.model_sec > 0
 
 
-def test_tool_calls_and_results_become_the_sample(scripted_model: ScriptedModel) -> None:
-    result = _run(scripted_model.endpoint)
+def test_tool_calls_and_results_become_the_sample(stub_model: StubModel) -> None:
+    result = _run(stub_model.endpoint)
     assert result.status is RolloutStatus.SUCCESS, result.error_message
     assert result.sample is not None
     user, call, tool, final = result.sample.messages
@@ -124,7 +125,7 @@ def test_tool_calls_and_results_become_the_sample(scripted_model: ScriptedModel)
     assert (metrics["prompt_tokens"], metrics["completion_tokens"]) == (40, 14)
     assert result.usage is not None and result.usage.total_tokens == 54
     # The SDK sends the tool-call turn back with content null; the endpoint got "".
-    sent = scripted_model.requests[1]["messages"]
+    sent = stub_model.requests[1].body["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
     assert sent[2]["content"] == "" and sent[2]["tool_calls"][0]["id"] == "call_add_1"
 

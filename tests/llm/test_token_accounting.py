@@ -36,6 +36,7 @@ def test_usage_adds_calls_and_round_trips() -> None:
         "total_tokens": 40,
         "model_calls": 2,
         "model_sec": 0.75,
+        "retried_calls": 0,
     }
     assert LLMUsage.from_dict(usage.to_dict()) == usage
     assert LLMUsage.from_dict(None) is None
@@ -93,6 +94,7 @@ def test_output_row_holds_usage_or_null() -> None:
         "total_tokens": 40,
         "model_calls": 2,
         "model_sec": 0.75,
+        "retried_calls": 0,
     }
     without = record_dict("r2", 1, 2, _result("r2", None))
     assert without["usage"] is None
