@@ -68,8 +68,8 @@ class ScriptedWorkflow(AgentWorkflow):
     ``sleep`` (await that many seconds), ``block`` (``time.sleep``, blocking the loop),
     ``raise`` (a name in :data:`ERRORS`), ``raise_env`` (raise with that variable's value),
     ``reply_env`` (answer with that variable's value),
-    ``returns`` (``messages`` default, ``output``, ``none``, ``str``, ``nan_info``,
-    ``bad_metrics``).
+    ``returns`` (``messages`` default, ``output``, ``none``, ``output_without_messages``,
+    ``str``, ``nan_info``, ``nan_message``, ``bad_metrics``).
     """
 
     async def run(self, ctx: AgentWorkflowContext) -> Any:
@@ -91,10 +91,14 @@ class ScriptedWorkflow(AgentWorkflow):
             return AgentWorkflowOutput(messages, metrics={"turns": 1}, info={"note": "hi"})
         if returns == "none":
             return None
+        if returns == "output_without_messages":
+            return AgentWorkflowOutput(metrics={"turns": 1})
         if returns == "str":
             return "a string is not a sample"
         if returns == "nan_info":
             return AgentWorkflowOutput(messages, info={"score": math.nan})
+        if returns == "nan_message":
+            return [*messages, {"role": "tool", "content": math.nan}]
         if returns == "bad_metrics":
             return AgentWorkflowOutput(messages, metrics={"turns": "one"})  # type: ignore[dict-item]
         raise AssertionError(f"unknown returns {returns!r}")
@@ -246,6 +250,7 @@ class ArtifactWorkflow(AgentWorkflow):
     """Writes ``note.txt`` into the rollout's artifacts directory."""
 
     async def run(self, ctx: AgentWorkflowContext) -> list[Message]:
+        assert ctx.artifacts_dir is not None
         (ctx.artifacts_dir / "note.txt").write_text(f"note of {ctx.rollout_id}")
         return reply(ctx, "wrote a note")
 
@@ -254,6 +259,7 @@ class ArtifactGrader(Grader):
     """Reward 1.0 when the workflow's ``note.txt`` is in the shared artifacts directory."""
 
     async def grade(self, ctx: GraderContext) -> float:
+        assert ctx.artifacts_dir is not None
         note = ctx.artifacts_dir / "note.txt"
         return 1.0 if note.read_text() == f"note of {ctx.rollout_id}" else 0.0
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
+from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback, deliver
 from osmo_run.backends.isolation import ProcessPhaseRunner
 from osmo_run.errors import InputError
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
@@ -23,7 +23,8 @@ from osmo_run.sdk.rollout import (
     run_workflow_phase,
 )
 from osmo_run.sdk.sandbox import grader_input, workflow_input
-from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
+from osmo_run.sdk.stalls import LoopStallMonitor
+from osmo_run.sdk.types import SAMPLE_REMOVED, ExecutionRequest, ExecutionResult, RolloutStatus
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 
@@ -35,14 +36,17 @@ class LocalBackend(ExecutionBackend):
     name the right kind of object). At most ``workflow_config.concurrency.max_concurrent``
     rollouts (default 4) run at once; one slot spans a rollout's workflow and grader.
 
-    ``isolation="process"`` runs each phase in a child process (importing the workflow
-    from ``code_dir``) that is killed when it overruns its deadline, so even code that
-    blocks the event loop forever cannot hold a row past it.
+    In process, rows share this event loop: a row whose synchronous code blocks the loop is
+    blamed for it (its message says so), and the time it held the loop is added to the
+    other rows' deadlines (:mod:`osmo_run.sdk.stalls`). ``isolation="process"`` runs each
+    phase in a child process (importing the workflow from ``code_dir``) that is killed when
+    it overruns its deadline, so even code that blocks forever cannot hold a row past it.
 
     ``llm`` is the endpoint workflows reach, ``judge`` the one graders reach (``ctx.judge``).
     In-process rollouts share the run's :class:`~osmo_run.sdk.model_clients.ModelClients`
     (one pooled HTTP client per endpoint, sized to the concurrency), closed by
-    :meth:`aclose`.
+    :meth:`aclose`. Result callbacks may be plain functions or ``async def``: a callback's
+    awaitable result is awaited before ``execute`` goes on.
     """
 
     def __init__(
@@ -71,6 +75,8 @@ class LocalBackend(ExecutionBackend):
         self._slots = asyncio.Semaphore(concurrency)
         self._running = 0
         self.model_clients = ModelClients(concurrency)
+        self._queued = 0
+        self._stalls: LoopStallMonitor | None = None
         if isolation not in ("none", "process"):
             raise InputError(f"isolation: {isolation!r} is not 'none' or 'process'")
         self._isolated: ProcessPhaseRunner | None = None
@@ -87,7 +93,33 @@ class LocalBackend(ExecutionBackend):
         return self._workflow_config.concurrency.max_concurrent
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "backend": "local", "running": self._running}
+        """``status``, ``backend``, ``running``, and ``concurrency``: the limit
+        (``max_concurrent``), rollouts waiting for a slot (``queued``) and in one
+        (``running``), as osmosis-ai's LocalBackend reports them for schedulers."""
+        return {
+            "status": "ok",
+            "backend": "local",
+            "running": self._running,
+            "concurrency": {
+                "max_concurrent": self.max_concurrency,
+                "queued": self._queued,
+                "running": self._running,
+            },
+        }
+
+    def _loop_monitor(self) -> LoopStallMonitor | None:
+        """The stall monitor of the running loop, started on first use; ``None`` when rows
+        run in child processes (no row's code runs on this loop)."""
+        if self._isolated is not None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._stalls is not None and self._stalls.loop is loop:
+            return self._stalls
+        if self._stalls is not None:  # the backend moved to another loop (a new asyncio.run)
+            self._stalls.close()
+        self._stalls = LoopStallMonitor(loop)
+        self._stalls.start()
+        return self._stalls
 
     async def execute(
         self,
@@ -96,42 +128,67 @@ class LocalBackend(ExecutionBackend):
         on_grader_complete: ResultCallback | None = None,
     ) -> None:
         entered = time.monotonic()
-        async with self._slots:
-            started = time.monotonic()
-            self._running += 1
-            clients = use_model_clients(self.model_clients)  # this row's task only
-            try:
-                self._report_progress(request.id, ProgressPhase.WORKFLOW)
-                result = await self._workflow_phase(request)
-                result.timings.queued_sec = started - entered
-                skip = grader_skip_reason(request, self._grader is not None)
-                if result.status is not RolloutStatus.SUCCESS or skip is not None:
-                    result.grader_skipped = skip if result.ok else None
-                    result.timings.total_sec = time.monotonic() - started
-                    on_workflow_complete(result)
-                    return
-                if on_grader_complete is not None:
-                    result.status = RolloutStatus.GRADING
-                    on_workflow_complete(result)
-                self._report_progress(request.id, ProgressPhase.GRADER)
-                assert self._grader is not None
-                result = await self._grader_phase(request, result)
+        self._queued += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._queued -= 1
+        started = time.monotonic()
+        self._running += 1
+        clients = use_model_clients(self.model_clients)  # this row's task only
+        try:
+            self._report_progress(request.id, ProgressPhase.WORKFLOW)
+            stalls = self._stalls  # the running loop's, unless this is a new loop
+            if stalls is None or stalls.loop is not asyncio.get_running_loop():
+                stalls = self._loop_monitor()
+            result = await self._workflow_phase(request, stalls)
+            result.timings.queued_sec = started - entered
+            skip = grader_skip_reason(
+                request,
+                self._grader is not None,
+                grade_without_label=self._grader_config.grade_without_label,
+                sample=result.sample,
+            )
+            if result.status is not RolloutStatus.SUCCESS or skip is not None:
+                _mark_skipped(result, skip)
                 result.timings.total_sec = time.monotonic() - started
-                (on_grader_complete or on_workflow_complete)(result)
-            finally:
-                reset_model_clients(clients)
-                self._running -= 1
+                if (pending := deliver(on_workflow_complete, result)) is not None:
+                    await pending
+                return
+            if on_grader_complete is not None:
+                result.status = RolloutStatus.GRADING
+                if (pending := deliver(on_workflow_complete, result)) is not None:
+                    await pending
+            self._report_progress(request.id, ProgressPhase.GRADER)
+            result = await self._grader_phase(request, result, stalls)
+            result.timings.total_sec = time.monotonic() - started
+            if (pending := deliver(on_grader_complete or on_workflow_complete, result)) is not None:
+                await pending
+        finally:
+            reset_model_clients(clients)
+            self._running -= 1
+            self._slots.release()
 
-    async def _workflow_phase(self, request: ExecutionRequest) -> ExecutionResult:
+    async def _workflow_phase(
+        self, request: ExecutionRequest, stalls: LoopStallMonitor | None
+    ) -> ExecutionResult:
         if self._isolated is None:
             return await run_workflow_phase(
-                request, self._workflow, self._workflow_config, self._llm, self._artifacts_root
+                request,
+                self._workflow,
+                self._workflow_config,
+                self._llm,
+                self._artifacts_root,
+                stalls=stalls,
             )
         spec = workflow_input(request, self._workflow_path, self._workflow_config, self._llm)
         return await self._isolated.run("workflow", spec, request.id, request.agent_timeout_sec)
 
     async def _grader_phase(
-        self, request: ExecutionRequest, workflow_result: ExecutionResult
+        self,
+        request: ExecutionRequest,
+        workflow_result: ExecutionResult,
+        stalls: LoopStallMonitor | None,
     ) -> ExecutionResult:
         assert self._grader is not None
         if self._isolated is None:
@@ -142,6 +199,7 @@ class LocalBackend(ExecutionBackend):
                 self._grader_config,
                 self._artifacts_root,
                 self._judge,
+                stalls=stalls,
             )
         assert self._grader_path is not None
         spec = grader_input(request, self._grader_path, self._grader_config, self._judge)
@@ -150,6 +208,7 @@ class LocalBackend(ExecutionBackend):
         if result.sample is None:  # a grader failure keeps the workflow's sample
             result.sample = workflow_result.sample
         result.timings.workflow_sec = workflow_result.timings.workflow_sec
+        result.warnings = [*workflow_result.warnings, *result.warnings]
         return result
 
     async def prepare(self) -> None:
@@ -159,5 +218,17 @@ class LocalBackend(ExecutionBackend):
 
     async def aclose(self) -> None:
         await self.model_clients.aclose()
+        if self._stalls is not None:
+            self._stalls.close()
+            self._stalls = None
         if self._isolated is not None:
             self._isolated.close()
+
+
+def _mark_skipped(result: ExecutionResult, skip: str | None) -> None:
+    """A successful rollout that is not graded says why; a removed sample has no reward."""
+    if not result.ok:
+        return
+    result.grader_skipped = skip
+    if skip == SAMPLE_REMOVED and result.sample is not None:
+        result.sample.reward = None

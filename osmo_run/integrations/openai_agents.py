@@ -84,9 +84,59 @@ def rollout_model(llm: LLMEndpoint | None = None) -> RolloutChatModel:
 def chat_messages(items: list[TResponseInputItem]) -> list[Message]:
     """Agents SDK items (Responses API shapes) as chat messages, converted the way the SDK
     converts them for a chat-completions model: assistant ``tool_calls`` and ``tool``
-    results with their ``tool_call_id``; text parts joined into strings."""
-    converted = Converter.items_to_messages(copy.deepcopy(items))
+    results with their ``tool_call_id``; text parts joined into strings.
+
+    An item chat messages cannot express (a hosted tool call, an ``item_reference``, a
+    compaction item: the SDK's converter refuses them) is kept whole, as
+    ``{"role": ..., "content": "", "agents_item": item}``, never failing the rollout: the
+    conversation around it is converted as usual (see :func:`unconverted_items`).
+    """
+    try:
+        converted = Converter.items_to_messages(copy.deepcopy(items))
+    except Exception:  # the converter raises UserError, or worse, for what it cannot map
+        return normalize_messages(_piecewise(items))
     return normalize_messages([dict(message) for message in converted])
+
+
+def _converts(item: TResponseInputItem) -> bool:
+    try:
+        Converter.items_to_messages([copy.deepcopy(item)])
+    except Exception:
+        return False
+    return True
+
+
+def _piecewise(items: list[TResponseInputItem]) -> list[dict[str, Any]]:
+    """Runs of convertible items converted together (tool calls stay in one assistant
+    message), each item the converter refuses kept as it is between them."""
+    out: list[dict[str, Any]] = []
+    run: list[TResponseInputItem] = []
+    for item in items:
+        if _converts(item):
+            run.append(item)
+            continue
+        out.extend(dict(m) for m in Converter.items_to_messages(copy.deepcopy(run)))
+        run = []
+        role = item.get("role") if isinstance(item, dict) else None
+        kept = copy.deepcopy(item)
+        out.append(
+            {
+                "role": role if isinstance(role, str) else "assistant",
+                "content": "",
+                "agents_item": kept,
+            }
+        )
+    out.extend(dict(m) for m in Converter.items_to_messages(copy.deepcopy(run)))
+    return out
+
+
+def unconverted_items(messages: list[Message]) -> list[str]:
+    """The types of the items :func:`chat_messages` kept whole, in order."""
+    return [
+        str((m["agents_item"] or {}).get("type", "?"))
+        for m in messages
+        if isinstance(m.get("agents_item"), dict)
+    ]
 
 
 class RolloutSession(SessionABC):
@@ -122,6 +172,13 @@ class RolloutSession(SessionABC):
         self._items.clear()
 
     def get_sample(self) -> RolloutSample:
-        """The conversation as chat messages, with usage and tool counts as metrics."""
+        """The conversation as chat messages, with usage and tool counts as metrics; items
+        that chat messages cannot express are kept whole and named in the row's warnings."""
         messages = chat_messages(self._items)
+        kept = unconverted_items(messages)
+        if kept:
+            self._rollout.warn(
+                f"{len(kept)} agents item(s) have no chat-message form ({', '.join(kept)}); "
+                "kept whole in the sample as messages with an 'agents_item'"
+            )
         return RolloutSample(messages, conversation_metrics(messages, self._rollout.usage))

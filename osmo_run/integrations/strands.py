@@ -13,7 +13,8 @@ Inside ``AgentWorkflow.run``::
   ``usage``), and no assistant tool-call message is sent without content.
 - :class:`RolloutAgent` is a ``strands.Agent`` that uses :func:`rollout_model` unless given
   a model (and then leaves retries to it: no ``retry_strategy`` unless given one), takes
-  the row's chat prompt (system messages become its system prompt), prints
+  the row's chat prompt (system messages become its system prompt; chat messages given as
+  ``messages=`` are converted the same way, as osmosis-ai does), prints
   nothing unless given a ``callback_handler``, and registers itself as the rollout's
   :class:`~osmo_run.sdk.context.SampleSource`: its conversation (messages, tool calls, tool
   results) becomes the sample, as chat messages, with the model usage and tool-call counts
@@ -22,6 +23,7 @@ Inside ``AgentWorkflow.run``::
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -90,24 +92,68 @@ def rollout_model(
     )
 
 
+def _blocks(content: object) -> Any:
+    """Message content as Strands content blocks: a string becomes one text block; a list
+    (blocks already) is kept."""
+    if isinstance(content, list):
+        return content
+    return [{"text": "" if content is None else str(content)}]
+
+
 def strands_prompt(prompt: list[Message]) -> tuple[str | None, Messages]:
     """A chat prompt (``ctx.prompt``) as Strands' ``(system_prompt, messages)``: system
-    messages joined into the system prompt, the others as text content blocks."""
+    messages joined into the system prompt, the others with their content as content
+    blocks (a string becomes a text block; blocks are kept)."""
     system = [str(m.get("content") or "") for m in prompt if m.get("role") == "system"]
     messages: Messages = [
-        {"role": m["role"], "content": [{"text": str(m.get("content") or "")}]}
+        {"role": m["role"], "content": _blocks(m.get("content"))}
         for m in prompt
         if m.get("role") in ("user", "assistant")
     ]
     return ("\n\n".join(system) if system else None), messages
 
 
+def _chat_style(messages: list[Any]) -> bool:
+    """Whether ``messages`` are chat messages (string content, system messages) rather than
+    Strands messages (content blocks only)."""
+    return any(
+        isinstance(m, dict) and (isinstance(m.get("content"), str) or m.get("role") == "system")
+        for m in messages
+    )
+
+
 def chat_messages(messages: Messages, system_prompt: str | None = None) -> list[Message]:
     """A Strands conversation as chat messages, converted the way Strands' ``OpenAIModel``
     converts it for the endpoint: assistant ``tool_calls``, ``tool`` results with their
-    ``tool_call_id``, text parts joined into strings."""
-    formatted = OpenAIModel.format_request_messages(messages, system_prompt)
+    ``tool_call_id``, text parts joined into strings.
+
+    A message the converter refuses (a video block, say) is kept with its Strands content,
+    as ``{"role": ..., "content": "", "strands_content": [...]}``, never failing the
+    rollout; the messages around it are converted as usual.
+    """
+    try:
+        formatted = OpenAIModel.format_request_messages(messages, system_prompt)
+    except Exception:  # TypeError for content types the chat format has no place for
+        formatted = _piecewise(messages, system_prompt)
     return normalize_messages([dict(message) for message in formatted])
+
+
+def _piecewise(messages: Messages, system_prompt: str | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        dict(m) for m in OpenAIModel.format_request_messages([], system_prompt)
+    ]
+    for message in messages:
+        try:
+            out.extend(dict(m) for m in OpenAIModel.format_request_messages([message], None))
+        except Exception:
+            kept = copy.deepcopy(list(message["content"]))
+            out.append({"role": message["role"], "content": "", "strands_content": kept})
+    return out
+
+
+def unconverted_messages(messages: list[Message]) -> int:
+    """How many messages :func:`chat_messages` kept with their Strands content."""
+    return sum(1 for m in messages if "strands_content" in m)
 
 
 class RolloutAgent(Agent):
@@ -127,6 +173,9 @@ class RolloutAgent(Agent):
         **kwargs: Any,
     ) -> None:
         rollout = get_rollout_context()
+        if messages is not None and _chat_style(messages):  # as osmosis-ai's agent takes them
+            message_system, messages = strands_prompt(list(messages))  # type: ignore[arg-type]
+            system_prompt = system_prompt if system_prompt is not None else message_system
         if prompt is not None:
             prompt_system, prompt_messages = strands_prompt(prompt)
             system_prompt = system_prompt if system_prompt is not None else prompt_system
@@ -146,6 +195,13 @@ class RolloutAgent(Agent):
         rollout.register_sample_source(self)
 
     def get_sample(self) -> RolloutSample:
-        """The conversation as chat messages, with usage and tool counts as metrics."""
+        """The conversation as chat messages, with usage and tool counts as metrics;
+        messages the chat format cannot hold are kept and named in the row's warnings."""
         messages = chat_messages(self.messages, self.system_prompt)
+        kept = unconverted_messages(messages)
+        if kept:
+            self._osmo_rollout.warn(
+                f"{kept} Strands message(s) have content chat messages cannot hold; kept in "
+                "the sample with their Strands content under 'strands_content'"
+            )
         return RolloutSample(messages, conversation_metrics(messages, self._osmo_rollout.usage))

@@ -137,6 +137,8 @@ def build_manifest(
         "limit": spec.limit,
         "shard": spec.shard,
         "samples_per_row": spec.samples_per_row,
+        # only when set: the run ids of runs without it stay what they were
+        **({"grade_without_label": True} if spec.grade_without_label else {}),
         **backend_identity,
     }
     info: dict[str, Any] = {

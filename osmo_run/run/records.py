@@ -28,6 +28,8 @@ class TimingsRecord(BaseModel):
 class SampleRecord(BaseModel):
     messages: list[dict[str, Any]]
     metrics: dict[str, float]
+    remove_sample: bool = False
+    """Written only when set: the rollout took its sample out of the results."""
 
 
 class UsageRecord(BaseModel):
@@ -81,6 +83,8 @@ class OutputRecord(BaseModel):
     grader_usage: UsageRecord | None = None
     """The grader's model calls (a judge), apart from the workflow's; ``None`` when it
     made none."""
+    warnings: list[str] = []
+    """What went wrong without failing the rollout, one sentence each."""
 
 
 def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:

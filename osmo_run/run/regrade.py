@@ -150,7 +150,7 @@ def regrade(
     paths.directory.mkdir(parents=True, exist_ok=True)
     regraded = _regrade_manifest(manifest, run, grader_name, settings, judge)
     write_manifest(paths.manifest, regraded)
-    config = GraderConfig(settings=settings)
+    config = GraderConfig(settings, bool(manifest.defining.get("grade_without_label")))
     regrader = _Regrader(run, requests, grader, config, concurrency, judge)
     builder = run.builder()
     secrets = (judge.api_key,) if judge is not None and judge.api_key else ()
@@ -219,7 +219,11 @@ class _Regrader:
         result = ExecutionResult(
             rollout_id=saved.rollout_id,
             status=RolloutStatus.SUCCESS,
-            sample=RolloutSample(saved.sample.messages, saved.sample.metrics)
+            sample=RolloutSample(
+                saved.sample.messages,
+                saved.sample.metrics,
+                remove_sample=saved.sample.remove_sample,
+            )
             if saved.sample
             else None,
             info=saved.info,
@@ -227,7 +231,12 @@ class _Regrader:
             usage=saved.usage,
         )
         request = dataclasses.replace(request, id=saved.rollout_id)  # row~k: the grader's own id
-        skip = grader_skip_reason(request, has_grader=True)
+        skip = grader_skip_reason(
+            request,
+            True,
+            grade_without_label=self._config.grade_without_label,
+            sample=result.sample,
+        )
         if skip is not None:
             result.grader_skipped = skip
         else:

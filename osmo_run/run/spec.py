@@ -218,6 +218,11 @@ class RunSpec(_Strict):
         allow_inf_nan=False,
         description="A rollout passes when its reward is at least this",
     )
+    grade_without_label: bool = Field(
+        default=False,
+        description="Grade rows that have no label too (ctx.label is None), for graders that "
+        "check against the row's metadata; off: such rows are not graded",
+    )
     retries: RetrySpec = Field(default_factory=RetrySpec)
     isolation: Literal["none", "process"] = Field(
         default="none",
@@ -270,7 +275,8 @@ class RunSpec(_Strict):
         ``tolerate_missing_deps``: the grader runs elsewhere (a Harbor trial), whose
         environment may have an optional library this host lacks. ``judge_given``: whether
         the spec gives a judge section (default: whether ``judge`` is set; validation sets an
-        invalid one aside but it was given all the same).
+        invalid one aside but it was given all the same). ``grade_without_label`` comes from
+        the spec's field of that name.
         """
         try:
             config = GraderConfig.from_dict(self.grader_config)
@@ -283,6 +289,7 @@ class RunSpec(_Strict):
                 judge=self.judge is not None if judge_given is None else judge_given,
                 tolerate_missing_deps=tolerate_missing_deps,
             )
+        config.grade_without_label = self.grade_without_label
         return config
 
 

@@ -61,13 +61,23 @@ class AgentWorkflowConfig:
 @dataclass
 class GraderConfig:
     """What a grader is configured with: its free-form ``settings`` from the spec's
-    ``grader_config.settings`` (the pass threshold is the spec's ``pass_threshold``)."""
+    ``grader_config.settings`` (the pass threshold is the spec's ``pass_threshold``).
+
+    ``grade_without_label`` (the spec's setting of that name) grades rows that have no
+    label too, with ``ctx.label`` ``None``: for graders that check the answer against the
+    row's metadata (tests to run, a reference file). Off by default, because an exact-match
+    grader given no label would score every such row 0 and drag the mean down with rows
+    that were never gradable.
+    """
 
     settings: dict[str, Any] = field(default_factory=dict)
+    grade_without_label: bool = False
 
     def fresh_copy(self) -> GraderConfig:
         """A copy one rollout may change freely (see ``AgentWorkflowConfig.fresh_copy``)."""
-        return GraderConfig(copy.deepcopy(self.settings) if self.settings else {})
+        return GraderConfig(
+            copy.deepcopy(self.settings) if self.settings else {}, self.grade_without_label
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> GraderConfig:

@@ -9,7 +9,9 @@ Code deep inside a workflow, such as an agent-framework integration, reaches it 
 from __future__ import annotations
 
 import contextvars
+import errno
 import os
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -20,9 +22,13 @@ from osmo_run.sdk.types import LLMUsage, Message, RolloutSample, validate_reward
 
 @runtime_checkable
 class SampleSource(Protocol):
-    """Something that can hand over the rollout's sample when the workflow has finished."""
+    """Something that can hand over the rollout's sample when the workflow has finished.
 
-    def get_sample(self) -> RolloutSample | None: ...
+    ``get_sample`` may be a plain method or ``async def`` (as in osmosis-ai): its result is
+    awaited when it is awaitable. It runs under the workflow's deadline.
+    """
+
+    def get_sample(self) -> RolloutSample | Awaitable[RolloutSample | None] | None: ...
 
 
 @dataclass
@@ -52,6 +58,14 @@ class RolloutContext:
     _sample_source: SampleSource | None = field(default=None, repr=False)
     usage: LLMUsage = field(default_factory=LLMUsage)
     deadline: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    """The row's ``warnings`` so far (see :meth:`warn`)."""
+
+    def warn(self, message: str) -> None:
+        """Record ``message`` in the row's ``warnings``: something the reader of the results
+        should know that does not fail the rollout."""
+        if message not in self.warnings:
+            self.warnings.append(message)
 
     def record_llm_call(
         self, prompt_tokens: int | None, completion_tokens: int | None, seconds: float
@@ -95,19 +109,33 @@ def get_rollout_context() -> RolloutContext:
 
 class _ArtifactsDirMixin:
     _artifacts_root: Path | None
+    _warnings: list[str]
     rollout_id: str
 
     @property
-    def artifacts_dir(self) -> Path:
-        """A directory for this rollout's files, created on first access.
+    def artifacts_dir(self) -> Path | None:
+        """A directory for this rollout's files, created on first access; shared by the
+        workflow and the grader of one rollout.
 
-        Shared by the workflow and the grader of one rollout. Raises ``RuntimeError``
-        when the backend gave no artifacts location.
+        ``None`` when the backend gives no artifacts location, or when the directory cannot
+        be created or written (a read-only file system, a full disk): the rollout goes on,
+        and the row's ``warnings`` say why there is no directory.
         """
         if self._artifacts_root is None:
-            raise RuntimeError("this backend gives rollouts no artifacts directory")
+            return None
         path = self._artifacts_root / self.rollout_id
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if not os.access(path, os.W_OK | os.X_OK):  # EROFS even for root
+                raise PermissionError(errno.EACCES, "not writable", str(path))
+        except OSError as exc:
+            message = (
+                f"artifacts_dir is unavailable ({path}: {exc.strerror or exc}); "
+                "ctx.artifacts_dir was None"
+            )
+            if message not in self._warnings:
+                self._warnings.append(message)
+            return None
         return path
 
 
@@ -120,6 +148,7 @@ class AgentWorkflowContext(_ArtifactsDirMixin):
     metadata: dict[str, Any]
     rollout_id: str
     _artifacts_root: Path | None = field(default=None, repr=False)
+    _warnings: list[str] = field(default_factory=list, repr=False)
 
     @property
     def llm(self) -> LLMEndpoint | None:
@@ -135,8 +164,9 @@ phase owns it (a regrade replaces it)."""
 
 @dataclass
 class GraderContext(_ArtifactsDirMixin):
-    """What ``Grader.grade`` receives; the grader reports through :meth:`set_reward` and
-    says why through :meth:`explain`."""
+    """What ``Grader.grade`` receives. The grader reports one reward: it calls
+    :meth:`set_reward`, assigns ``ctx.sample.reward``, or returns it (two different
+    rewards are refused as a ``validation_error``); it says why through :meth:`explain`."""
 
     label: Any
     sample: RolloutSample | None
@@ -147,6 +177,7 @@ class GraderContext(_ArtifactsDirMixin):
     reward: float | None = None
     explanation: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    _warnings: list[str] = field(default_factory=list, repr=False)
 
     def set_reward(self, value: float) -> None:
         """Record the reward; raises ``ValueError`` unless it is a finite number."""

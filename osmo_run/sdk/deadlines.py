@@ -7,9 +7,18 @@ when the inner one could not (code that blocks the event loop, a process that ha
 
 1. **The event loop running the phase** (:mod:`osmo_run.sdk.rollout`, in-process and inside
    every sandbox): at the deadline the phase's task is cancelled; a coroutine that ignores
-   cancellation is abandoned after :data:`CANCEL_GRACE_SEC`.
-2. **A child process** (``--isolation process``): the parent kills a child that has not
-   returned :data:`PROCESS_KILL_MARGIN_SEC` after the deadline.
+   cancellation is abandoned after :data:`CANCEL_GRACE_SEC`. A deadline of zero or less has
+   passed before the phase starts: the phase is a timeout without running. Rows sharing
+   one loop (``osmo-run local``) do not pay for each other's synchronous code: time the loop
+   spent stalled by another row's code (:mod:`osmo_run.sdk.stalls`; a stall is the loop
+   not answering for more than :data:`STALL_THRESHOLD_SEC`) is added to a row's deadline,
+   while a row's own stalls count against it.
+2. **A child process** (``--isolation process``): the deadline counts from the moment the
+   child's phase starts (its interpreter and the user's code loaded, which the child
+   signals), and the parent kills a child that has not returned
+   :data:`PROCESS_KILL_MARGIN_SEC` after the deadline: time for a child that met its
+   deadline to write its result, no more. A child that never starts its phase is killed
+   after :data:`PROCESS_START_LIMIT_SEC`.
 3. **A Harbor trial**: coreutils ``timeout`` kills the runner inside the container
    :data:`SANDBOX_KILL_MARGIN_SEC` after the deadline (``SIGKILL`` after a further
    :data:`SANDBOX_KILL_AFTER_SEC`); Harbor's own agent and verifier timeouts are set
@@ -26,8 +35,23 @@ from __future__ import annotations
 CANCEL_GRACE_SEC = 1.0
 """How long a timed-out coroutine may take to honour cancellation before it is abandoned."""
 
-PROCESS_KILL_MARGIN_SEC = 2.0
-"""How long after its deadline a child process that has not returned is killed."""
+PROCESS_KILL_MARGIN_SEC = 0.5
+"""How long after its deadline a child process that has not returned is killed: enough for
+a child that stopped at its deadline to write its result file and exit."""
+
+PROCESS_START_LIMIT_SEC = 60.0
+"""How long a child process may take to load (interpreter, SDK, the user's code) before its
+phase starts; not part of the row's deadline, as imports are not for rows in one process."""
+
+STALL_CHECK_INTERVAL_SEC = 0.05
+"""How often the event loop's heartbeat runs (:mod:`osmo_run.sdk.stalls`)."""
+
+STALL_THRESHOLD_SEC = 0.1
+"""How late the heartbeat must run before the loop counts as stalled: shorter pauses (a busy
+loop, a garbage collection) extend no deadline and blame no row."""
+
+STALL_SAMPLE_SEC = 0.02
+"""How often the watchdog thread looks for a stall and the task holding the loop."""
 
 SANDBOX_KILL_MARGIN_SEC = 15.0
 """How long after its deadline the sandbox runner in a trial may live before ``timeout``

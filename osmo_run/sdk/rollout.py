@@ -1,8 +1,8 @@
 """Run one rollout's workflow phase and grader phase, with deadlines and error categories.
 
 Shared by :class:`~osmo_run.backends.local.LocalBackend` (in process) and the sandbox
-runner (inside a Harbor trial, a separate process per phase), so both backends classify
-the same failure the same way. Stdlib only.
+runner (inside a Harbor trial or a child process, one phase per process), so every backend
+classifies the same failure the same way. Stdlib only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import math
 import sys
 import time
 from collections.abc import Coroutine
@@ -27,8 +26,12 @@ from osmo_run.sdk.context import (
     _current,
 )
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
+from osmo_run.sdk.phase_deadline import PhaseDeadline
+from osmo_run.sdk.samples import sample_from_output, sample_from_source
+from osmo_run.sdk.stalls import LoopStallMonitor, owner_task_name, rollout_owner
+from osmo_run.sdk.telemetry import fit_info, fit_metrics
 from osmo_run.sdk.types import (
-    AgentWorkflowOutput,
+    SAMPLE_REMOVED,
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
@@ -37,8 +40,24 @@ from osmo_run.sdk.types import (
     RolloutStatus,
     categorize_exception,
     describe_exception,
+    validate_reward,
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
+
+__all__ = [
+    "CANCEL_GRACE_SEC",
+    "GraderSource",
+    "WorkflowSource",
+    "categorize_exception",
+    "describe_exception",
+    "grader_skip_reason",
+    "make_grader",
+    "make_workflow",
+    "run_grader_phase",
+    "run_to_completion",
+    "run_workflow_phase",
+    "start_task",
+]
 
 T = TypeVar("T")
 
@@ -46,10 +65,16 @@ WorkflowSource = type[AgentWorkflow] | AgentWorkflow
 GraderSource = type[Grader] | Grader
 
 
+DeadlineArgs = tuple[str, str, float | None, float, str, LoopStallMonitor | None]
+"""A phase's :class:`PhaseDeadline`, unbuilt: most phases end at once and never need it
+(building one costs more than the rest of a no-op phase's bookkeeping)."""
+
+
 class _DeadlineExceeded(Exception):
-    def __init__(self, abandoned: bool) -> None:
+    def __init__(self, abandoned: bool, deadline: PhaseDeadline) -> None:
         super().__init__()
         self.abandoned = abandoned
+        self.deadline = deadline
 
 
 def _swallow_result(task: asyncio.Task[Any]) -> None:
@@ -58,118 +83,73 @@ def _swallow_result(task: asyncio.Task[Any]) -> None:
 
 
 def start_task(
-    coro: Coroutine[Any, Any, T], context: contextvars.Context | None = None
+    coro: Coroutine[Any, Any, T],
+    context: contextvars.Context | None = None,
+    owner: str | None = None,
 ) -> asyncio.Task[T]:
     """A task for ``coro`` that, on Python >= 3.12, runs its first step right away: a
-    coroutine that finishes without waiting costs no trip through the event loop."""
+    coroutine that finishes without waiting costs no trip through the event loop.
+
+    ``owner`` (a rollout id) names the task on Python 3.11, where the stall monitor cannot
+    read a task's context (see :mod:`osmo_run.sdk.stalls`).
+    """
     loop = asyncio.get_running_loop()
     if sys.version_info >= (3, 12):
         return asyncio.Task(coro, loop=loop, context=context, eager_start=True)
-    return loop.create_task(coro, context=context)
+    name = None if owner is None else owner_task_name(owner)
+    return loop.create_task(coro, context=context, name=name)
+
+
+def _outcome(task: asyncio.Task[T]) -> T:
+    """The finished ``task``'s result. A ``CancelledError`` here came from inside: the
+    deadline's cancellation is handled before, the caller's never reaches this point."""
+    try:
+        return task.result()
+    except asyncio.CancelledError:
+        raise RuntimeError(
+            "asyncio.CancelledError was raised inside the rollout's own code"
+        ) from None
+
+
+async def _wait(task: asyncio.Task[Any], deadline: PhaseDeadline) -> None:
+    """Until ``task`` is done or its deadline has passed; cancelling the caller cancels it."""
+    try:
+        if deadline.timeout_sec is None:
+            await asyncio.wait((task,))
+            return
+        while not task.done() and (remaining := deadline.remaining()) > 0:
+            await asyncio.wait((task,), timeout=remaining)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
 
 
 async def _await_with_deadline(
-    coro: Coroutine[Any, Any, Any], timeout_sec: float | None, context: contextvars.Context
+    coro: Coroutine[Any, Any, Any], clock: DeadlineArgs, context: contextvars.Context
 ) -> Any:
-    """Await ``coro`` in its own task; raise ``_DeadlineExceeded`` once ``timeout_sec`` passes.
+    """Await ``coro`` in its own task (in ``context``); raise ``_DeadlineExceeded`` once the
+    deadline passes.
 
     A coroutine that swallows cancellation is abandoned after ``CANCEL_GRACE_SEC`` so the
     deadline holds. Cancelling the caller cancels the task.
     """
-    task = start_task(coro, context)
-    if task.done():  # finished without ever waiting: no timer, no scheduling
-        return task.result()
-    if timeout_sec is None:
-        return await task
-    if timeout_sec <= 0:
-        task.cancel()
-    try:
-        done, _ = await asyncio.wait((task,), timeout=max(timeout_sec, 0.0))
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if done:
-        return task.result()
+    task = start_task(coro, context, clock[4])
+    if task.done():  # it finished without waiting: no timer
+        try:
+            return task.result()
+        except asyncio.CancelledError:
+            return _outcome(task)  # raised inside: _outcome says so
+    deadline = PhaseDeadline(*clock)
+    await _wait(task, deadline)
+    if task.done():
+        return _outcome(task)
     task.cancel()
     done, _ = await asyncio.wait((task,), timeout=CANCEL_GRACE_SEC)
     if not done:
         task.add_done_callback(_swallow_result)
     elif not task.cancelled():
         _swallow_result(task)
-    raise _DeadlineExceeded(abandoned=not done)
-
-
-def _deadline_message(what: str, field_name: str, timeout_sec: float, abandoned: bool) -> str:
-    text = f"{what} exceeded its {timeout_sec:g}s deadline ({field_name})"
-    if abandoned:
-        text += f" and ignored cancellation; abandoned after {CANCEL_GRACE_SEC:g}s"
-    return text
-
-
-def _late_message(what: str, field_name: str, timeout_sec: float, elapsed: float) -> str:
-    return (
-        f"{what} returned after its {timeout_sec:g}s deadline ({field_name}) in {elapsed:.2f}s; "
-        "synchronous code blocked the event loop (use asyncio or run blocking work in a thread)"
-    )
-
-
-def _check_metrics(metrics: object) -> dict[str, float]:
-    if not isinstance(metrics, dict):
-        raise TypeError(f"metrics must be a dict of numbers, got {type(metrics).__name__}")
-    checked: dict[str, float] = {}
-    for key, value in metrics.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"metrics[{key!r}] must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"metrics[{key!r}] must be finite, got {value}")
-        checked[str(key)] = value
-    return checked
-
-
-def _check_messages(messages: object) -> list[dict[str, Any]]:
-    if not isinstance(messages, list):
-        raise TypeError(f"messages must be a list of dicts, got {type(messages).__name__}")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or "role" not in message:
-            raise TypeError(f"messages[{i}] must be a dict with a 'role', got {message!r:.80}")
-    return messages
-
-
-def sample_from_output(
-    output: object, rollout: RolloutContext
-) -> tuple[RolloutSample | None, dict[str, Any]]:
-    """Turn what ``run()`` returned into ``(sample, info)``.
-
-    A message list or :class:`AgentWorkflowOutput` becomes the sample; ``None`` (or an
-    output without messages) defers to the registered sample source. Raises
-    ``TypeError``/``ValueError`` (a validation error) for anything else.
-    """
-    if isinstance(output, list):
-        return RolloutSample(messages=_check_messages(output)), {}
-    if isinstance(output, AgentWorkflowOutput):
-        metrics = _check_metrics(output.metrics)
-        if output.messages is not None:
-            return RolloutSample(_check_messages(output.messages), metrics), dict(output.info)
-        sample = _sample_from_source(rollout) or RolloutSample()
-        sample.metrics = {**sample.metrics, **metrics}
-        return sample, dict(output.info)
-    if output is None:
-        return _sample_from_source(rollout), {}
-    raise TypeError(
-        f"run() returned {type(output).__name__}; return a list of messages, "
-        "an AgentWorkflowOutput, or None with a registered sample source"
-    )
-
-
-def _sample_from_source(rollout: RolloutContext) -> RolloutSample | None:
-    source = rollout.sample_source
-    if source is None:
-        return None
-    sample = source.get_sample()
-    if sample is not None:
-        _check_messages(sample.messages)
-        _check_metrics(sample.metrics)
-    return sample
+    raise _DeadlineExceeded(not done, deadline)
 
 
 def make_workflow(source: WorkflowSource, config: AgentWorkflowConfig) -> AgentWorkflow:
@@ -192,59 +172,128 @@ async def run_workflow_phase(
     config: AgentWorkflowConfig,
     llm: LLMEndpoint | None = None,
     artifacts_root: Path | None = None,
+    *,
+    stalls: LoopStallMonitor | None = None,
 ) -> ExecutionResult:
     """Run the workflow for ``request`` under its agent deadline; never raises but for
     cancellation of the caller.
 
     Returns a SUCCESS result with the sample, or a FAILURE with category, message and
-    phase. ``timings.workflow_sec`` and ``usage`` (the model calls the workflow made) are
-    set either way.
+    phase. ``timings.workflow_sec``, ``usage`` (the model calls the workflow made) and
+    ``warnings`` are set either way. ``stalls`` watches the loop this phase shares with
+    other rows: their stalls extend its deadline, its own count against it.
     """
     started = time.monotonic()
     timeout_sec = request.agent_timeout_sec
-    deadline = None if timeout_sec is None else started + timeout_sec
+    deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
     rollout = RolloutContext(rollout_id=request.id, llm=llm, deadline=deadline)
     context = contextvars.copy_context()
-    context.run(_current.set, rollout)
+    context.run(_current.set, rollout)  # also how the stall monitor knows the task's row
+    clock = (
+        "workflow",
+        "agent_timeout_sec",
+        request.agent_timeout_sec,
+        started,
+        request.id,
+        stalls,
+    )
     try:
-        instance = make_workflow(workflow, config)
-        ctx = AgentWorkflowContext(
-            prompt=request.prompt,
-            config=instance.config,
-            metadata=request.metadata,
-            rollout_id=request.id,
-            _artifacts_root=artifacts_root,
-        )
-        output = await _await_with_deadline(instance.run(ctx), timeout_sec, context)
-        elapsed = time.monotonic() - started
-        if timeout_sec is not None and elapsed > timeout_sec:
-            message = _late_message("workflow", "agent_timeout_sec", timeout_sec, elapsed)
+        if request.agent_timeout_sec is not None and request.agent_timeout_sec <= 0:
+            message = PhaseDeadline(*clock).passed_message()
             result = ExecutionResult.failure(
                 request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW
             )
         else:
-            sample, info = context.run(sample_from_output, output, rollout)
-            result = ExecutionResult(request.id, RolloutStatus.SUCCESS, sample=sample, info=info)
+            instance = make_workflow(workflow, config)
+            ctx = AgentWorkflowContext(
+                prompt=request.prompt,
+                config=instance.config,
+                metadata=request.metadata,
+                rollout_id=request.id,
+                _artifacts_root=artifacts_root,
+                _warnings=rollout.warnings,
+            )
+            output = await _await_with_deadline(instance.run(ctx), clock, context)
+            sample, info = sample_from_output(output)
+            if sample is None:  # the sample source's, under the same deadline
+                source = sample_from_source(rollout, output)
+                sample = await _await_with_deadline(source, clock, context)
+            result = _workflow_result(request, clock, sample, info)
     except _DeadlineExceeded as exc:
-        assert timeout_sec is not None
-        message = _deadline_message("workflow", "agent_timeout_sec", timeout_sec, exc.abandoned)
+        message = exc.deadline.expired_message(exc.abandoned)
         result = ExecutionResult.failure(request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW)
     except Exception as exc:
         result = ExecutionResult.from_exception(request.id, exc, Phase.WORKFLOW)
     result.timings.workflow_sec = time.monotonic() - started
+    if rollout.warnings:
+        result.warnings.extend(rollout.warnings)
     usage = rollout.usage  # copied: an abandoned workflow may still be counting
     if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
         result.usage = dataclasses.replace(usage)
     return result
 
 
-def grader_skip_reason(request: ExecutionRequest, has_grader: bool) -> str | None:
-    """Why ``request`` will not be graded, or ``None`` when it will be."""
+def _workflow_result(
+    request: ExecutionRequest,
+    clock: DeadlineArgs,
+    sample: RolloutSample,
+    info: dict[str, Any],
+) -> ExecutionResult:
+    """The result of a workflow that returned: a timeout when it returned late, else the
+    sample with its telemetry made writable."""
+    timeout = clock[2]  # the wall clock first: only past it can the phase have overrun
+    deadline = None
+    if timeout is not None and time.monotonic() - clock[3] > timeout:
+        deadline = PhaseDeadline(*clock)
+    if deadline is not None and deadline.overrun():
+        message = deadline.late_message()
+        return ExecutionResult.failure(request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW)
+    result = ExecutionResult(request.id, RolloutStatus.SUCCESS, sample=sample)
+    if info:
+        result.info, info_warning = fit_info(info)
+        if info_warning is not None:
+            result.warnings.append(info_warning)
+    if type(sample.metrics) is not dict or sample.metrics:
+        _fit_sample_metrics(result)
+    if deadline is not None:
+        _note_extension(result.warnings, deadline)
+    return result
+
+
+def _note_extension(warnings: list[str], deadline: PhaseDeadline) -> None:
+    extension = deadline.extension_warning()
+    if extension is not None:
+        warnings.append(extension)
+
+
+def _fit_sample_metrics(result: ExecutionResult) -> None:
+    sample = result.sample
+    if sample is None:
+        return
+    sample.metrics, warning = fit_metrics(sample.metrics)
+    if warning is not None and warning not in result.warnings:
+        result.warnings.append(warning)
+
+
+def grader_skip_reason(
+    request: ExecutionRequest,
+    has_grader: bool,
+    *,
+    grade_without_label: bool = False,
+    sample: RolloutSample | None = None,
+) -> str | None:
+    """Why ``request`` will not be graded, or ``None`` when it will be.
+
+    A row without a label is graded only with ``grade_without_label`` (the spec's
+    setting); a sample the workflow removed (``remove_sample``) is never graded.
+    """
+    if sample is not None and sample.remove_sample:
+        return SAMPLE_REMOVED
     if not has_grader:
         return "no grader configured"
     if not request.grade:
         return "grading disabled for this request"
-    if request.label is None:
+    if request.label is None and not grade_without_label:
         return "row has no label"
     return None
 
@@ -256,15 +305,19 @@ async def run_grader_phase(
     config: GraderConfig,
     artifacts_root: Path | None = None,
     judge: LLMEndpoint | None = None,
+    *,
+    stalls: LoopStallMonitor | None = None,
 ) -> ExecutionResult:
     """Grade a successful workflow result under the grader deadline; never raises but for
     cancellation of the caller.
 
-    Returns ``workflow_result`` updated in place: SUCCESS with the reward on its sample,
-    or FAILURE (phase ``grader``) that keeps the sample. What the grader explained
-    (``ctx.explain``) goes to ``info["grader"]`` either way. The grader runs in a rollout
-    context of its own whose endpoint is ``judge`` (``ctx.judge``) and whose usage, the
-    model calls the grader made, becomes ``grader_usage`` (apart from the workflow's).
+    Returns ``workflow_result`` updated in place: SUCCESS with the reward on its sample
+    (or no reward and ``grader_skipped`` when the grader removed the sample), or FAILURE
+    (phase ``grader``) that keeps the sample. What the grader explained (``ctx.explain``)
+    goes to ``info["grader"]`` either way. The grader runs in a rollout context of its own
+    whose endpoint is ``judge`` (``ctx.judge``) and whose usage, the model calls the grader
+    made, becomes ``grader_usage`` (apart from the workflow's). ``stalls`` as for
+    :func:`run_workflow_phase`.
     """
     started = time.monotonic()
     result = workflow_result
@@ -272,46 +325,119 @@ async def run_grader_phase(
     timeout_sec = request.grader_timeout_sec
     deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
     rollout = RolloutContext(rollout_id=request.id, llm=judge, deadline=deadline)
-    context = contextvars.copy_context()
-    context.run(_current.set, rollout)
-    ctx: GraderContext | None = None
+    clock = (
+        "grader",
+        "grader_timeout_sec",
+        request.grader_timeout_sec,
+        started,
+        request.id,
+        stalls,
+    )
+    warnings: list[str] = []
+    graded: list[GraderContext] = []  # the grader's context, once made (for its explanation)
     try:
-        instance = make_grader(grader, config)
-        ctx = GraderContext(
-            label=request.label,
-            sample=result.sample,
-            metadata=request.metadata,
-            config=instance.config,
-            rollout_id=request.id,
-            _artifacts_root=artifacts_root,
-        )
-        returned = await _await_with_deadline(instance.grade(ctx), timeout_sec, context)
-        elapsed = time.monotonic() - started
-        if timeout_sec is not None and elapsed > timeout_sec:
-            message = _late_message("grader", "grader_timeout_sec", timeout_sec, elapsed)
-            _fail_in_place(result, ErrorCategory.TIMEOUT, message)
+        if request.grader_timeout_sec is not None and request.grader_timeout_sec <= 0:
+            _fail_in_place(result, ErrorCategory.TIMEOUT, PhaseDeadline(*clock).passed_message())
         else:
-            if returned is not None:
-                ctx.set_reward(returned)
-            if ctx.reward is None:
-                raise ValueError("grade() returned without a reward: call ctx.set_reward(value)")
-            if result.sample is None:
-                result.sample = RolloutSample()
-            result.sample.reward = ctx.reward
-            result.status = RolloutStatus.SUCCESS
+            await _grade(
+                request, result, grader, config, artifacts_root, clock, warnings, rollout, graded
+            )
     except _DeadlineExceeded as exc:
-        assert timeout_sec is not None
-        message = _deadline_message("grader", "grader_timeout_sec", timeout_sec, exc.abandoned)
+        message = exc.deadline.expired_message(exc.abandoned)
         _fail_in_place(result, ErrorCategory.TIMEOUT, message)
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
-    explained = None if ctx is None else ctx.explained()
+    explained = graded[0].explained() if graded else None
     if explained is not None:  # kept on failure too: it says how far grading got
         result.info[GRADER_INFO_KEY] = explained
     # a copy: an abandoned grader may still be counting; None replaces an earlier grading's
     result.grader_usage = dataclasses.replace(rollout.usage) if rollout.usage.model_calls else None
     result.timings.grader_sec = time.monotonic() - started
+    sample = result.sample
+    if sample is not None and (type(sample.metrics) is not dict or sample.metrics):
+        _fit_sample_metrics(result)  # the grader may have added metrics of its own
+    if warnings:
+        result.warnings.extend(w for w in warnings if w not in result.warnings)
     return result
+
+
+async def _grade(
+    request: ExecutionRequest,
+    result: ExecutionResult,
+    grader: GraderSource,
+    config: GraderConfig,
+    artifacts_root: Path | None,
+    clock: DeadlineArgs,
+    warnings: list[str],
+    rollout: RolloutContext,
+    graded: list[GraderContext],
+) -> None:
+    """Run the grader in ``rollout`` (its own context: the judge and its usage) and put its
+    reward on ``result``; raises for what the phase reports. The grader's context is
+    appended to ``graded`` as soon as it exists."""
+    instance = make_grader(grader, config)
+    if result.sample is None:
+        result.sample = RolloutSample()
+    sample = result.sample
+    before = sample.reward
+    ctx = GraderContext(
+        label=request.label,
+        sample=sample,
+        metadata=request.metadata,
+        config=instance.config,
+        rollout_id=request.id,
+        _artifacts_root=artifacts_root,
+        _warnings=warnings,
+    )
+    graded.append(ctx)
+    context = contextvars.copy_context()
+    context.run(_current.set, rollout)
+    context.run(rollout_owner.set, request.id)
+    returned = await _await_with_deadline(instance.grade(ctx), clock, context)
+    timeout = clock[2]
+    deadline = None
+    if timeout is not None and time.monotonic() - clock[3] > timeout:
+        deadline = PhaseDeadline(*clock)
+    if deadline is not None and deadline.overrun():
+        _fail_in_place(result, ErrorCategory.TIMEOUT, deadline.late_message())
+        return
+    if sample.remove_sample:
+        sample.reward = None
+        result.grader_skipped = SAMPLE_REMOVED
+    elif ctx.reward is None and returned is not None and sample.reward == before:
+        sample.reward = returned  # the common case: one reward, returned (checked on assignment)
+    else:
+        sample.reward = _one_reward(returned, ctx.reward, sample.reward, before)
+    result.status = RolloutStatus.SUCCESS
+    if deadline is not None:
+        _note_extension(warnings, deadline)
+
+
+def _one_reward(
+    returned: object, set_on_ctx: float | None, on_sample: float | None, before: float | None
+) -> float:
+    """The reward the grader reported: returned, set with ``ctx.set_reward``, or assigned to
+    ``ctx.sample.reward``; a reward the sample carried before grading counts only when the
+    grader reported none. Raises ``ValueError`` for none at all or for two that differ."""
+    reported: list[tuple[str, float]] = []
+    if returned is not None:
+        reported.append(("grade() returned", validate_reward(returned)))
+    if set_on_ctx is not None:
+        reported.append(("ctx.set_reward() was given", set_on_ctx))
+    if on_sample is not None and on_sample != before and on_sample != set_on_ctx:
+        reported.append(("ctx.sample.reward was set to", on_sample))
+    if not reported:
+        if before is not None:
+            return before
+        raise ValueError(
+            "grade() returned without a reward: return it, call ctx.set_reward(value) "
+            "or set ctx.sample.reward"
+        )
+    rewards = {reward for _, reward in reported}
+    if len(rewards) > 1:
+        said = "; ".join(f"{how} {reward:g}" for how, reward in reported)
+        raise ValueError(f"the grader reported two different rewards ({said}): report one")
+    return reported[0][1]
 
 
 def _fail_in_place(result: ExecutionResult, category: ErrorCategory, message: str) -> None:

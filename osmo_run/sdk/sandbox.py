@@ -36,6 +36,8 @@ from osmo_run.sdk.workflow import AgentWorkflow, Grader
 API_KEY_ENV = "OSMO_RUN_LLM_API_KEY"
 JUDGE_API_KEY_ENV = "OSMO_RUN_JUDGE_API_KEY"
 CODE_DIR_ENV = "OSMO_RUN_CODE_DIR"
+STARTED_FD_ENV = "OSMO_RUN_STARTED_FD"
+"""A file descriptor the runner writes one byte to when its phase starts (process isolation)."""
 
 
 def workflow_input(
@@ -130,6 +132,7 @@ async def _run_workflow(spec: dict[str, Any]) -> ExecutionResult:
     except Exception as exc:
         return _load_failure(request.id, Phase.SETUP, exc, "workflow")
     llm = _endpoint(spec.get("llm"), API_KEY_ENV)
+    _say_started()
     return await run_workflow_phase(request, workflow, config, llm, artifacts_root_from_env())
 
 
@@ -142,9 +145,23 @@ async def _run_grader(spec: dict[str, Any]) -> ExecutionResult:
         return _load_failure(request.id, Phase.GRADER, exc, "grader")
     workflow_result = ExecutionResult.from_dict(spec["workflow_result"])
     judge = _endpoint(spec.get("judge"), JUDGE_API_KEY_ENV)
+    _say_started()
     return await run_grader_phase(
         request, workflow_result, grader, config, artifacts_root_from_env(), judge
     )
+
+
+def _say_started() -> None:
+    """Tell the parent (``--isolation process``) that the phase starts now: its code is
+    loaded, and the deadline counts from here. Nothing to do in a Harbor trial."""
+    fd = os.environ.pop(STARTED_FD_ENV, None)
+    if not fd:
+        return
+    try:
+        os.write(int(fd), b"1")
+        os.close(int(fd))
+    except (OSError, ValueError):
+        pass  # the parent then counts from the end of its start-up limit; never fatal
 
 
 def main(argv: list[str]) -> int:

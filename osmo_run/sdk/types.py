@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
+import os
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 Message = dict[str, Any]
@@ -60,33 +63,72 @@ class Phase(enum.StrEnum):
     GRADER = "grader"
 
 
-@dataclass
+def validate_reward(value: object) -> float:
+    """Return ``value`` as a float; raise ``ValueError`` if it is not a finite real number
+    (numpy's scalars count: anything whose ``float()`` is exact for a real number)."""
+    if type(value) is float and math.isfinite(value):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"reward must be a number, got {type(value).__name__} {value!r:.80}")
+    try:
+        reward = float(value)
+    except OverflowError:
+        raise ValueError(f"reward must be finite, got {value!r:.40} (too large)") from None
+    if not math.isfinite(reward):
+        raise ValueError(f"reward must be finite, got {reward}")
+    return reward
+
+
+@dataclass(init=False)
 class RolloutSample:
     """What a rollout produced, as the grader and the output file see it.
 
-    ``reward`` is validated on assignment through :meth:`set_reward`: a finite number.
+    ``reward`` is validated on every assignment (a finite number, or ``None``), wherever
+    it happens (a sample source, a grader assigning ``ctx.sample.reward``,
+    ``ctx.set_reward``): a bad one raises ``ValueError`` at that line. ``remove_sample``
+    takes the sample out of the run's results: the row is recorded as not graded
+    (``grader_skipped`` is :data:`SAMPLE_REMOVED`), never as a failure, and carries no
+    reward.
     """
 
     messages: list[Message] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     reward: float | None = None
+    remove_sample: bool = False
+
+    def __init__(
+        self,
+        messages: list[Message] | None = None,
+        metrics: dict[str, float] | None = None,
+        reward: float | None = None,
+        remove_sample: bool = False,
+    ) -> None:
+        # Straight into __dict__: one sample per rollout is made on the hot path, and reading
+        # `reward` stays a plain attribute read (no descriptor), only assigning it is checked.
+        state = self.__dict__
+        state["messages"] = [] if messages is None else messages
+        state["metrics"] = {} if metrics is None else metrics
+        state["reward"] = None if reward is None else validate_reward(reward)
+        state["remove_sample"] = remove_sample
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "reward" and value is not None:
+            value = validate_reward(value)
+        object.__setattr__(self, name, value)
 
     def set_reward(self, value: float) -> None:
         """Store ``value`` as the reward; raises ``ValueError`` unless it is a finite number."""
-        self.reward = validate_reward(value)
+        self.reward = value
 
     def to_dict(self) -> dict[str, Any]:
-        return {"messages": self.messages, "metrics": self.metrics}
+        data: dict[str, Any] = {"messages": self.messages, "metrics": self.metrics}
+        if self.remove_sample:
+            data["remove_sample"] = True
+        return data
 
 
-def validate_reward(value: object) -> float:
-    """Return ``value`` as a float; raise ``ValueError`` if it is not a finite real number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"reward must be a number, got {type(value).__name__} {value!r}")
-    reward = float(value)
-    if not math.isfinite(reward):
-        raise ValueError(f"reward must be finite, got {reward}")
-    return reward
+SAMPLE_REMOVED = "sample removed (remove_sample)"
+"""``grader_skipped`` of a row whose sample set ``remove_sample``."""
 
 
 @dataclass
@@ -162,7 +204,9 @@ class ExecutionRequest:
     """One dataset row, ready to run.
 
     ``id`` is a single path segment (it names artifact and trial directories).
-    A timeout of ``None`` means no deadline.
+    A timeout of ``None`` means no deadline; zero or less, a deadline already passed (the
+    phase is a ``timeout`` without running). A timeout that is not a finite number raises
+    ``TypeError``/``ValueError`` at construction.
     """
 
     id: str
@@ -172,6 +216,28 @@ class ExecutionRequest:
     agent_timeout_sec: float | None = None
     grader_timeout_sec: float | None = None
     grade: bool = True
+
+    def __post_init__(self) -> None:
+        agent, grader = self.agent_timeout_sec, self.grader_timeout_sec
+        if type(agent) is float and type(grader) is float and agent - agent == grader - grader:
+            return  # two finite floats (x - x is nan for nan and inf): every dataset row
+        check_timeout(agent, "agent_timeout_sec")
+        check_timeout(grader, "grader_timeout_sec")
+
+
+def check_timeout(value: object, name: str) -> None:
+    """Accept ``None`` (no deadline) or a finite number of seconds; raise ``TypeError`` or
+    ``ValueError`` naming ``name`` otherwise.
+
+    ``nan`` would silently disable a deadline and ``inf`` is spelt ``None``; zero and
+    negative values are kept: a deadline that has already passed.
+    """
+    if value is None or (type(value) is float and math.isfinite(value)):
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}; use None for no deadline")
 
 
 @dataclass
@@ -239,13 +305,20 @@ def categorize_exception(exc: BaseException) -> ErrorCategory:
     return ErrorCategory.AGENT_ERROR
 
 
+_SDK_DIR = str(Path(__file__).parent) + os.sep
+"""Frames in here are the SDK's checks, not the place a bad value came from."""
+
+
 def describe_exception(exc: BaseException) -> str:
-    """``"Type: message (at file:line in func)"``, naming where the exception was raised."""
+    """``"Type: message (at file:line in func)"``, naming where the exception was raised:
+    the innermost frame outside this SDK, so a bad value handed to an SDK check (a reward
+    assigned in ``get_sample``) names the line that handed it over."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
     if frames:
-        last = frames[-1]
-        text += f" (at {last.filename}:{last.lineno} in {last.name})"
+        outside = [f for f in frames if not f.filename.startswith(_SDK_DIR)]
+        where = (outside or frames)[-1]
+        text += f" (at {where.filename}:{where.lineno} in {where.name})"
     return text
 
 
@@ -264,7 +337,9 @@ class ExecutionResult:
     rollout was not graded. ``backend`` holds backend diagnostics (trial id, trial
     directory) that go to the output file. ``usage`` is what the workflow spent on its
     model (``None`` when it made no model call that reported usage); ``grader_usage`` what
-    the grader spent on its own (a judge model), counted apart.
+    the grader spent on its own (a judge model), counted apart. ``warnings`` says what
+    went wrong without failing the rollout (telemetry dropped, no artifacts directory, a
+    deadline extended while another row blocked the event loop), one sentence each.
     """
 
     rollout_id: str
@@ -279,6 +354,7 @@ class ExecutionResult:
     backend: dict[str, Any] = field(default_factory=dict)
     usage: LLMUsage | None = None
     grader_usage: LLMUsage | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def failure(
@@ -345,6 +421,7 @@ class ExecutionResult:
             "backend": self.backend,
             "usage": None if self.usage is None else self.usage.to_dict(),
             "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
+            "warnings": self.warnings,
         }
 
     @classmethod
@@ -358,6 +435,7 @@ class ExecutionResult:
                 messages=list(sample_data.get("messages") or []),
                 metrics=dict(sample_data.get("metrics") or {}),
                 reward=data.get("reward"),
+                remove_sample=bool(sample_data.get("remove_sample")),
             )
         category, phase = data.get("error_category"), data.get("error_phase")
         return cls(
@@ -373,4 +451,5 @@ class ExecutionResult:
             backend=dict(data.get("backend") or {}),
             usage=LLMUsage.from_dict(data.get("usage")),
             grader_usage=LLMUsage.from_dict(data.get("grader_usage")),
+            warnings=[str(w) for w in data.get("warnings") or []],
         )

@@ -101,9 +101,15 @@ def test_configured_concurrency_bounds_running_workflows() -> None:
     assert _peak_concurrency(backend) == 2
 
 
-def test_health_reports_rollouts_running() -> None:
+def test_health_reports_the_concurrency_limit_and_rollouts_queued_and_running() -> None:
+    """osmosis-ai's shape (schedulers read ``concurrency.max_concurrent``), plus ``running``."""
     backend = LocalBackend(ScriptedWorkflow, AgentWorkflowConfig(ConcurrencyConfig(3)))
-    assert backend.health() == {"status": "ok", "backend": "local", "running": 0}
+    assert backend.health() == {
+        "status": "ok",
+        "backend": "local",
+        "running": 0,
+        "concurrency": {"max_concurrent": 3, "queued": 0, "running": 0},
+    }
 
     async def during() -> dict[str, Any]:
         requests = [make_request({"sleep": 0.2}, row_id=f"r{i}") for i in range(5)]
@@ -113,8 +119,10 @@ def test_health_reports_rollouts_running() -> None:
         await asyncio.gather(*tasks)
         return health
 
-    assert asyncio.run(during())["running"] == 3
-    assert backend.health()["running"] == 0
+    health = asyncio.run(during())
+    assert health["running"] == 3
+    assert health["concurrency"] == {"max_concurrent": 3, "queued": 2, "running": 3}
+    assert backend.health()["concurrency"] == {"max_concurrent": 3, "queued": 0, "running": 0}
 
 
 def test_import_path_strings_resolve_and_run() -> None:

@@ -54,7 +54,7 @@ def test_process_isolation_kills_a_row_that_blocks_the_loop_forever(tmp_path: Pa
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr
     records = _records(tmp_path / "out.jsonl")
-    assert records["ok"]["status"] == "success"
+    assert records["ok"]["status"] == "success", records["ok"]
     stuck = records["stuck"]
     assert (stuck["error_category"], stuck["error_phase"]) == ("timeout", "workflow")
     assert "its process was killed" in str(stuck["error_message"])

@@ -155,7 +155,7 @@ def test_interrupt_records_rows_in_flight_as_cancelled_and_dispatches_no_more(
 
 def test_result_that_json_cannot_hold_becomes_a_validation_error(tmp_path: Path) -> None:
     rows: list[Row] = [
-        {"id": "nan", "prompt": "x", "metadata": {"returns": "nan_info"}},
+        {"id": "nan", "prompt": "x", "metadata": {"returns": "nan_message"}},
         {"id": "fine", "prompt": "x"},
     ]
     summary, lines = _run(tmp_path, rows, grader=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -129,3 +130,42 @@ def test_grader_ignoring_cancellation_is_abandoned_after_the_grace() -> None:
     _assert_timeout(result, Phase.GRADER, "grader exceeded its 0.3s deadline", "abandoned")
     assert result.timings.grader_sec is not None
     assert result.timings.grader_sec < DEADLINE + CANCEL_GRACE_SEC + SLACK
+
+
+@pytest.mark.parametrize("deadline", [0, 0.0, -1, -0.5])
+def test_a_deadline_already_passed_is_a_timeout_result_not_an_exception(deadline: float) -> None:
+    """osmosis-ai's contract: zero or less is a deadline that has passed. The workflow
+    awaits something, which used to surface as asyncio.CancelledError from the phase."""
+    result, _ = _timed(_workflow(ScriptedWorkflow, {"sleep": 0.01}, agent_sec=deadline))
+    _assert_timeout(
+        result,
+        Phase.WORKFLOW,
+        f"workflow did not run: its deadline (agent_timeout_sec = {deadline:g}s)",
+    )
+
+
+def test_a_grader_whose_deadline_already_passed_times_out_and_keeps_the_sample() -> None:
+    async def grade() -> ExecutionResult:
+        request = make_request({}, grader_sec=0)
+        result = await run_workflow_phase(request, ScriptedWorkflow, AgentWorkflowConfig())
+        return await run_grader_phase(request, result, ScriptedGrader, GraderConfig())
+
+    result, _ = _timed(grade())
+    _assert_timeout(result, Phase.GRADER, "grader did not run: its deadline")
+    assert result.sample is not None and result.sample.messages
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_timeout_that_is_not_finite_is_refused_when_the_request_is_made(value: float) -> None:
+    with pytest.raises(
+        ValueError, match=r"agent_timeout_sec must be finite.*use None for no deadline"
+    ):
+        make_request(agent_sec=value)
+    with pytest.raises(ValueError, match="grader_timeout_sec must be finite"):
+        make_request(grader_sec=value)
+
+
+@pytest.mark.parametrize("value", ["1", True, [1]])
+def test_a_timeout_that_is_not_a_number_is_refused_when_the_request_is_made(value: Any) -> None:
+    with pytest.raises(TypeError, match="agent_timeout_sec must be a number of seconds or None"):
+        make_request(agent_sec=value)

@@ -14,8 +14,13 @@ from osmo_run import (
     RolloutStatus,
     get_rollout_context,
 )
-from osmo_run.testing import run_workflow
-from tests.workflows import DoubleSourceWorkflow, ScriptedWorkflow, SourceWorkflow
+from osmo_run.testing import run_rollout, run_workflow
+from tests.workflows import (
+    DoubleSourceWorkflow,
+    ScriptedGrader,
+    ScriptedWorkflow,
+    SourceWorkflow,
+)
 
 ANSWER = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hi"}]
 
@@ -50,17 +55,12 @@ def test_none_with_a_registered_sample_source_takes_the_sources_sample() -> None
     assert result.sample.metrics == {"from_source": 1}
 
 
-def test_none_without_a_sample_source_succeeds_with_no_sample() -> None:
-    result = _run(ScriptedWorkflow, {"returns": "none"})
-    assert result.status is RolloutStatus.SUCCESS
-    assert result.sample is None
-
-
 @pytest.mark.parametrize(
     ("returns", "fragment"),
     [
-        ("str", "run() returned str; return a list of messages"),
-        ("bad_metrics", "metrics['turns'] must be a number"),
+        ("str", "run() returned str; return the conversation (a list of messages"),
+        ("none", "run() returned None and no sample source is registered; return the conv"),
+        ("output_without_messages", "run() returned AgentWorkflowOutput without messages and"),
     ],
 )
 def test_unusable_return_value_is_a_validation_error(returns: str, fragment: str) -> None:
@@ -69,6 +69,31 @@ def test_unusable_return_value_is_a_validation_error(returns: str, fragment: str
     assert result.error_category is ErrorCategory.VALIDATION_ERROR
     assert result.error_phase is Phase.WORKFLOW
     assert result.error_message is not None and fragment in result.error_message
+
+
+def test_none_without_a_sample_source_is_never_graded() -> None:
+    """The grader is not run on a sample that does not exist: the workflow takes the blame."""
+    result = asyncio.run(
+        run_rollout(
+            ScriptedWorkflow, "hi", label="hi", grader=ScriptedGrader, metadata={"returns": "none"}
+        )
+    )
+    assert (result.error_category, result.error_phase) == (
+        ErrorCategory.VALIDATION_ERROR,
+        Phase.WORKFLOW,
+    )
+    assert result.timings.grader_sec is None
+    assert result.error_message is not None
+    assert "register a SampleSource (get_rollout_context().register_sample_source" in (
+        result.error_message
+    )
+
+
+def test_a_metric_that_is_not_a_number_is_dropped_with_a_warning() -> None:
+    result = _run(ScriptedWorkflow, {"returns": "bad_metrics"})
+    assert result.status is RolloutStatus.SUCCESS
+    assert result.sample is not None and result.sample.metrics == {}
+    assert result.warnings == ["metrics must be finite numbers; dropped 'turns' (str 'one')"]
 
 
 def test_second_sample_source_registration_raises() -> None:

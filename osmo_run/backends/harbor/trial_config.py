@@ -131,7 +131,9 @@ def _verifier_config(
         if (task_dir / "tests" / "test.sh").is_file() and request.grade:
             return VerifierConfig(), TASK_GRADES
         return VerifierConfig(disable=True), "no grader configured"
-    skip = grader_skip_reason(request, has_grader=True)
+    skip = grader_skip_reason(
+        request, True, grade_without_label=setup.grader_config.grade_without_label
+    )
     if skip is not None:
         return VerifierConfig(disable=True), skip
     grader_file = inputs / "grader.json"

@@ -1,0 +1,71 @@
+"""Telemetry that JSON cannot hold never costs a rollout its reward: numpy scalars become
+numbers, what cannot be written is dropped, and the row says what was dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from osmo_run import ExecutionResult, RolloutStatus
+from osmo_run.testing import run_rollout
+from tests.compat_workflows import CompatGrader, CompatWorkflow
+from tests.conftest import CLI, jsonl_bytes, read_jsonl
+
+
+def _rollout(metadata: dict[str, Any]) -> ExecutionResult:
+    return asyncio.run(
+        run_rollout(CompatWorkflow, "hi", label="hi", grader=CompatGrader, metadata=metadata)
+    )
+
+
+def test_numpy_scalars_in_metrics_and_info_become_python_numbers() -> None:
+    result = _rollout({"telemetry": "numpy", "grade": "return:1"})
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.sample is not None
+    assert result.sample.metrics == {"loss": 0.25, "steps": 3, "solved": 1}
+    assert [type(v) for v in result.sample.metrics.values()] == [float, int, int]
+    assert result.info == {"raw": {"loss": 0.25, "steps": 3, "solved": True}}
+    assert result.warnings == []
+    json.dumps(result.to_dict(), allow_nan=False)  # writable as it is
+
+
+def test_a_nan_metric_from_the_workflow_is_dropped_with_a_warning() -> None:
+    result = _rollout({"telemetry": "nan", "grade": "return:1"})
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.reward == 1.0
+    assert result.sample is not None and result.sample.metrics == {"steps": 2}
+    assert result.info == {"raw": {"steps": 2}}
+    assert result.warnings == [
+        "info must hold JSON values; dropped non-finite info['raw']['loss'] (nan)",
+        "metrics must be finite numbers; dropped 'loss' (float nan)",
+    ]
+
+
+def test_a_nan_metric_set_by_the_grader_after_its_reward_keeps_the_reward(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """The row as written: success, the reward and the sample kept, the metric named in
+    ``warnings`` (it used to be a failed row blaming the workflow, reward and sample gone)."""
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(
+        jsonl_bytes(
+            [{"id": "r", "prompt": "hi", "label": "hi", "metadata": {"grade": "metric_nan"}}]
+        )
+    )
+    proc = cli.local(
+        data,
+        "--workflow",
+        "tests.compat_workflows:CompatWorkflow",
+        "--grader",
+        "tests.compat_workflows:CompatGrader",
+        "-o",
+        "out.jsonl",
+    )
+    assert proc.returncode == 0, proc.stderr
+    (row,) = read_jsonl(tmp_path / "out.jsonl")
+    assert (row["status"], row["reward"], row["error_phase"]) == ("success", 1.0, None)
+    assert row["sample"]["messages"][-1] == {"role": "assistant", "content": "hi"}
+    assert row["sample"]["metrics"] == {"source": 1}
+    assert row["warnings"] == ["metrics must be finite numbers; dropped 'score' (float nan)"]
