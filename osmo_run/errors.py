@@ -8,7 +8,8 @@ Stdlib only: the SDK imports this module inside sandboxes.
     │   ├── DatasetError              the dataset (names file:line)
     │   ├── ImportPathError           a "module:attr" that does not resolve to what it must
     │   │   └── DependencyImportError the module exists, one of its own imports is missing
-    │   └── TaskDirError              a Harbor task directory that cannot be used
+    │   ├── TaskDirError              a Harbor task directory that cannot be used
+    │   └── RequirementsError         the workflow's requirements cannot reach the trial
     ├── BackendUnavailable            an optional extra is missing (names the pip command): exit 2
     │   └── EmbeddedLLMUnavailable    `llm: embedded` without its server or model package
     ├── EnvironmentNotReady           a container engine or cloud credentials are missing: exit 2
@@ -80,6 +81,10 @@ class DependencyImportError(ImportPathError):
 
 class TaskDirError(InputError):
     """A Harbor task directory is missing required files."""
+
+
+class RequirementsError(InputError):
+    """The workflow's requirements are unreadable, or have no wheel for the trial's image."""
 
 
 class BackendUnavailable(OsmoRunError):

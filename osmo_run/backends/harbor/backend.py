@@ -31,7 +31,11 @@ from harbor.trial.queue import TrialQueue
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
 from osmo_run.backends.harbor import docker as docker_ops
-from osmo_run.backends.harbor.plugins import AGENT_RESULT_FILE, GRADER_RESULT_FILE
+from osmo_run.backends.harbor.plugins import (
+    AGENT_RESULT_FILE,
+    GRADER_RESULT_FILE,
+    SETUP_TIMINGS_FILE,
+)
 from osmo_run.backends.harbor.preflight import (
     check_environment,
     check_task_dir,
@@ -40,6 +44,11 @@ from osmo_run.backends.harbor.preflight import (
     task_for_row,
 )
 from osmo_run.backends.harbor.relay import LoopbackRelay, reach_from_trials
+from osmo_run.backends.harbor.requirements import (
+    RequirementOptions,
+    RequirementSet,
+    collect_requirements,
+)
 from osmo_run.backends.harbor.results import trial_to_result
 from osmo_run.backends.harbor.runtime import stage_runtime, stage_user_code
 from osmo_run.backends.harbor.trial_config import (
@@ -48,6 +57,7 @@ from osmo_run.backends.harbor.trial_config import (
     TrialSetup,
     trial_config,
 )
+from osmo_run.backends.harbor.wheelhouse import installed_site, target_python
 from osmo_run.errors import (
     DockerCommandError,
     EnvironmentNotReady,
@@ -127,6 +137,7 @@ class HarborBackend(ExecutionBackend):
         judge: LLMEndpoint | None = None,
         judge_api_key_env: str | None = None,
         run_id: str | None = None,
+        requirements: RequirementOptions | None = None,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -165,8 +176,12 @@ class HarborBackend(ExecutionBackend):
         self._started = 0
         self._ended = 0
         self._images: dict[Path, str] = {}
+        self._requirement_options = requirements or RequirementOptions()
+        self._requirements: RequirementSet | None = None
+        self._sites: dict[Path, Path | None] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
+        self._site_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
         self._relays: list[LoopbackRelay] = []
         for event in TrialEvent:
@@ -207,6 +222,7 @@ class HarborBackend(ExecutionBackend):
                 problems = check_task_dir(self._task_dir)
                 if problems:
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
+            await self._resolve_requirements()  # before anything is written or started
             self._trials_dir.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
             stage_runtime(staging / "runtime")
@@ -291,7 +307,8 @@ class HarborBackend(ExecutionBackend):
         try:
             task_dir = task_for_row(request, self._task_dir, self._tasks_root)
             image = await self._image_for(task_dir) if self._prebuild else None
-            config, grading = trial_config(self._setup, request, trial_name, task_dir, image)
+            site = None if self._prebuild else await self._site_for(task_dir)
+            config, grading = trial_config(self._setup, request, trial_name, task_dir, image, site)
         except (InputError, DockerCommandError) as exc:
             category = (
                 ErrorCategory.VALIDATION_ERROR
@@ -325,13 +342,51 @@ class HarborBackend(ExecutionBackend):
 
     # -- per trial ------------------------------------------------------------------------
 
+    async def _resolve_requirements(self) -> None:
+        """Collect the workflow's requirements and install them for the main task's image
+        (:class:`~osmo_run.errors.RequirementsError`: one line, before any trial)."""
+        self._requirements = collect_requirements(
+            self._user_code_dir,
+            self._requirement_options,
+            [p for p in (self._workflow_path, self._grader_path) if p],
+        )
+        if self._task_dir is not None:
+            try:
+                await self._site_for(self._task_dir)
+            except DockerCommandError as exc:
+                raise EnvironmentNotReady(
+                    f"--task-dir {self._task_dir}: preparing the trial image failed: {exc}"
+                ) from None
+
+    async def _site_for(self, task_dir: Path) -> Path | None:
+        """The workflow's requirements installed for ``task_dir``'s image (an archive), or
+        ``None`` when there are none; once per task per run.
+
+        Raises :class:`~osmo_run.errors.RequirementsError` (one line naming the
+        requirement) when they cannot be fetched for that image.
+        """
+        if not self._requirements or not self._requirements.requirements:
+            return None
+        async with self._site_lock:
+            if task_dir in self._sites:
+                return self._sites[task_dir]
+            image = await docker_ops.task_image(task_dir) if self._is_docker else None
+            target = await target_python(
+                image, self._requirement_options, environment_name(self._environment)
+            )
+            self._sites[task_dir] = await installed_site(self._requirements, target)
+            return self._sites[task_dir]
+
     async def _image_for(self, task_dir: Path) -> str:
         """The prebuilt image of ``task_dir``, built once per run (trials wait for it)."""
         assert self._setup is not None
         async with self._image_lock:
             if task_dir not in self._images:
                 self._images[task_dir] = await docker_ops.prebuild_image(
-                    task_dir, self._setup.staging / "runtime", self._setup.staging / "code"
+                    task_dir,
+                    self._setup.staging / "runtime",
+                    self._setup.staging / "code",
+                    await self._site_for(task_dir),
                 )
         return self._images[task_dir]
 
@@ -378,6 +433,9 @@ class HarborBackend(ExecutionBackend):
             (pending.started_at - pending.submitted_at) if pending.started_at else 0.0
         )
         result.timings.total_sec = time.monotonic() - pending.submitted_at
+        setup = _read_json(trial_dir / "agent" / SETUP_TIMINGS_FILE) or {}
+        if isinstance(setup.get("dependencies_sec"), int | float):
+            result.timings.dependencies_sec = float(setup["dependencies_sec"])
         result.backend = {
             "trial_name": trial_name,
             "trial_id": str(trial.id),
