@@ -36,6 +36,8 @@ from osmo_run.backends.harbor.requirements import RequirementOptions, Requiremen
 from osmo_run.errors import DockerCommandError, RequirementsError
 
 SITE_ARCHIVE = "site.tar"
+PROBE_LABEL = "osmo-run.probe=1"
+"""Label of the one-off container asking an image its Python (removed as it exits)."""
 _PROBE = (
     "import json, os, platform, sys\n"
     "try:\n    libc = os.confstr('CS_GNU_LIBC_VERSION')\nexcept (AttributeError, ValueError):\n"
@@ -87,7 +89,8 @@ async def image_python(image: str) -> TargetPython:
     except (OSError, ValueError):
         try:
             output = await docker_ops.docker(
-                "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", _PROBE
+                "run", "--rm", "--network", "none", "--label", PROBE_LABEL, "--entrypoint", "python3",
+                image, "-c", _PROBE,
             )
             answer = json.loads(output.strip().splitlines()[-1])
         except (DockerCommandError, ValueError, IndexError) as exc:
