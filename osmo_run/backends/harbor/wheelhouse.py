@@ -88,10 +88,8 @@ async def image_python(image: str) -> TargetPython:
         answer = json.loads(cached.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         try:
-            output = await docker_ops.docker(
-                "run", "--rm", "--network", "none", "--label", PROBE_LABEL, "--entrypoint", "python3",
-                image, "-c", _PROBE,
-            )
+            run = ["run", "--rm", "--network", "none", "--label", PROBE_LABEL]
+            output = await docker_ops.docker(*run, "--entrypoint", "python3", image, "-c", _PROBE)
             answer = json.loads(output.strip().splitlines()[-1])
         except (DockerCommandError, ValueError, IndexError) as exc:
             raise RequirementsError(
