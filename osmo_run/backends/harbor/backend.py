@@ -143,14 +143,7 @@ class HarborBackend(ExecutionBackend):
             raise InputError("HarborBackend needs a workflow")
         if task_dir is None and tasks_root is None:
             raise InputError("HarborBackend needs --task-dir (or a tasks root for per-row tasks)")
-        self._workflow_path = import_path_of(
-            workflow, AgentWorkflow, "workflow", tolerate_missing_deps=True
-        )
-        self._grader_path = (
-            None
-            if grader is None
-            else import_path_of(grader, Grader, "grader", tolerate_missing_deps=True)
-        )
+        self._workflow_path, self._grader_path = _import_paths(workflow, grader)
         self._workflow_config = workflow_config or AgentWorkflowConfig()
         self._grader_config = grader_config or GraderConfig()
         self._task_dir = task_dir.resolve() if task_dir else None
@@ -454,6 +447,15 @@ class HarborBackend(ExecutionBackend):
             pending.on_grader_complete(result)
         else:
             pending.on_workflow_complete(result)
+
+
+def _import_paths(workflow: Any, grader: Any) -> tuple[str, str | None]:
+    """The workflow's and grader's ``module:Class`` (classes given as objects included);
+    a dependency missing here is tolerated: the trial's image may have it."""
+    workflow_path = import_path_of(workflow, AgentWorkflow, "workflow", tolerate_missing_deps=True)
+    if grader is None:
+        return workflow_path, None
+    return workflow_path, import_path_of(grader, Grader, "grader", tolerate_missing_deps=True)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
