@@ -110,7 +110,9 @@ class HarborBackend(ExecutionBackend):
     runner's import path. ``environment_config`` is Harbor's ``EnvironmentConfig`` (type,
     import path, kwargs). ``prebuild_local_image`` builds the task image with the runtime and
     code once per run (Docker only). ``cleanup_successful_trials`` removes the trial
-    directories of successful rows; failed ones are kept for debugging.
+    directories of successful rows; failed ones are kept for debugging. ``requirements``:
+    what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
+    resolved before any row and baked into the prebuilt image or uploaded at setup.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -165,12 +167,10 @@ class HarborBackend(ExecutionBackend):
         )
         self._max_concurrency = int(getattr(self._queue, "_n_concurrent", 0))
         self._pending: dict[str, _Pending] = {}
-        self._seq = 0
-        self._started = 0
-        self._ended = 0
+        self._seq = self._started = self._ended = 0
         self._images: dict[Path, str] = {}
         self._requirement_options = requirements or RequirementOptions()
-        self._requirements: RequirementSet | None = None
+        self._requirements = RequirementSet()
         self._sites: dict[Path, Path | None] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
@@ -358,7 +358,7 @@ class HarborBackend(ExecutionBackend):
         Raises :class:`~osmo_run.errors.RequirementsError` (one line naming the
         requirement) when they cannot be fetched for that image.
         """
-        if not self._requirements or not self._requirements.requirements:
+        if not self._requirements.requirements:
             return None
         async with self._site_lock:
             if task_dir in self._sites:
