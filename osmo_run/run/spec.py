@@ -208,11 +208,14 @@ class RequirementsSpec(_Strict):
 
 
 def _requirements_shorthand_schema(schema: dict[str, Any]) -> None:
-    """Let editors accept ``requirements: none`` and a list besides the mapping."""
-    schema.setdefault("anyOf", []).insert(
-        0, {"const": "none", "description": "Install nothing: the image has everything"}
-    )
-    schema["anyOf"].insert(1, {"type": "array", "items": {"type": "string"}})
+    """Let editors accept ``requirements: none`` and a list besides the mapping (the
+    mapping's ``$ref`` becomes one of the alternatives, not a condition on all of them)."""
+    shorthands: list[dict[str, Any]] = [
+        {"const": "none", "description": "Install nothing: the image has everything"},
+        {"type": "array", "items": {"type": "string"}, "description": "Exactly these"},
+    ]
+    mapping = [{"$ref": schema.pop("$ref")}] if "$ref" in schema else []
+    schema["anyOf"] = shorthands + mapping + schema.get("anyOf", [])
 
 
 def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:

@@ -143,3 +143,17 @@ def test_pip_output_becomes_one_line_naming_the_requirement() -> None:
     assert line.startswith(
         "requirements: zz-nope>=1 has no wheel for the trial image's Python 3.11"
     )
+
+
+def test_the_json_schema_takes_every_form() -> None:
+    """Editors validating a spec with ``osmo-run schema`` accept what the loader accepts."""
+    import json
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from osmo_run.run.spec import spec_json_schema
+
+    schema = json.loads(spec_json_schema())
+    for form in ("none", ["attrs"], {"extras": ["toml"], "add": ["rich"]}):
+        jsonschema.validate({"workflow": "a:B", "requirements": form}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"workflow": "a:B", "requirements": "all"}, schema)
