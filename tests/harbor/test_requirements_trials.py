@@ -98,12 +98,15 @@ def _assert_imports_from_trial(run: HarborRun) -> None:
 
 def test_declared_dependency_is_importable_with_prebuild(prebuilt_run: HarborRun) -> None:
     _assert_imports_from_trial(prebuilt_run)
+    assert all(row["info"]["yaml_pyc"] for row in prebuilt_run.rows.values())
     for row in prebuilt_run.rows.values():  # the image has them: nothing uploaded
         assert "dependencies_sec" not in row["timings"]
 
 
 def test_declared_dependency_is_importable_without_prebuild(uploaded_run: HarborRun) -> None:
     _assert_imports_from_trial(uploaded_run)
+    if shutil.which("python3.11"):  # the host byte-compiled the set for the image's 3.11
+        assert all(row["info"]["yaml_pyc"] for row in uploaded_run.rows.values())
     for row in uploaded_run.rows.values():  # uploaded at setup: its time is in the row
         seconds = row["timings"]["dependencies_sec"]
         assert 0 < seconds <= row["timings"]["setup_sec"]

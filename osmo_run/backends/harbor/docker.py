@@ -226,8 +226,11 @@ async def dependencies_image(base: str, site_archive: Path) -> str:
         (root / "Dockerfile").write_text(
             f"FROM {base}\n"
             f"ADD site.tar {CONTAINER_DEPS_DIR}/\n"
-            # .pyc files for the image's Python: the runner does not write them per trial
-            f"RUN python3 -m compileall -q -j 0 {CONTAINER_DEPS_DIR} >/dev/null 2>&1 || true\n",
+            # .pyc files for the image's Python (the runner writes none per trial), unless
+            # the host had that Python and compiled them already
+            f"RUN [ -n \"$(find {CONTAINER_DEPS_DIR} -name '*.pyc' -print -quit)\" ] || "
+            f"python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash "
+            f"{CONTAINER_DEPS_DIR} >/dev/null 2>&1 || true\n",
             encoding="utf-8",
         )
         await _build(tag, root)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -173,6 +174,31 @@ def pip_problem(output: str, target: TargetPython) -> str:
     return f"requirements: pip could not fetch them for {target.describe()}: {last}"
 
 
+async def _byte_compile(site: Path, target: TargetPython) -> bool:
+    """Byte-compile ``site`` for ``target`` with this machine's interpreter of the same
+    version, when it has one (``python3.11`` on PATH); return whether it did.
+
+    Trials run with ``PYTHONDONTWRITEBYTECODE``, so without ``.pyc`` files every trial
+    compiles what it imports again (measured: ``import agents`` in an uploaded trial took
+    three times as long as from the byte-compiled prebuilt image). ``unchecked-hash``
+    pycs stay valid whatever the extracted files' times: the set never changes.
+    """
+    python = shutil.which(f"python{target.version}")
+    if python is None or target.implementation != "cp":
+        return False
+    tag = f"cpython-{target.version.replace('.', '')}"
+    check = await asyncio.create_subprocess_exec(
+        python, "-c", f"import sys; sys.exit(sys.implementation.cache_tag != {tag!r})"
+    )
+    if await check.wait() != 0:
+        return False
+    compile_all = await asyncio.create_subprocess_exec(
+        python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+        str(site), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    return await compile_all.wait() == 0
+
+
 def set_key(requirements: RequirementSet, target: TargetPython) -> str:
     """The cache key of one requirement set for one target interpreter."""
     return hashlib.sha256(f"{requirements.digest()}|{target.key()}".encode()).hexdigest()[:24]
@@ -219,6 +245,7 @@ async def installed_site(requirements: RequirementSet, target: TargetPython) -> 
         )  # fmt: skip
         if code != 0:
             raise RequirementsError(pip_problem(output, target))
+        await _byte_compile(site, target)
         staged = Path(scratch) / SITE_ARCHIVE
         with tarfile.open(staged, "w") as archive:
             archive.add(site, arcname=".")
