@@ -65,7 +65,8 @@ async def resolve_and_prebuild(lines: list[str]) -> None:
         f"cached by image id {probe_warm * 1000:.1f} ms; target: {target.describe()} "
         f"({len(target.platforms)} pip platform tags)",
         "",
-        "| set | pip download | pip install --target + archive | wheelhouse | archive |",
+        "| set | pip download | pip install --target + byte-compile + archive | wheelhouse "
+        "| archive |",
         "|---|---|---|---|---|",
     ]
     archives: dict[str, Path] = {}
@@ -199,10 +200,53 @@ def per_trial(lines: list[str], rows: int, concurrency: int) -> None:
     lines.append("")
 
 
+def uv_comparison(lines: list[str], uv: str) -> None:
+    """The openai-agents set installed for the image's target by uv instead of pip, cold
+    (fresh uv cache) and warm, beside pip's cold figure from section 1."""
+    from osmo_run.backends.harbor.wheelhouse import platform_tags
+
+    version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.strip()
+    tag = platform_tags("x86_64", "glibc 2.36")[0]
+    rows = []
+    for label in ("cold (empty uv cache)", "warm"):
+        target = OUT / f"uv-{time.time_ns()}"
+        command = [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--target",
+            str(target),
+            "--python-version",
+            "3.11",
+            "--python-platform",
+            f"x86_64-{tag.removesuffix('_x86_64')}",
+            "--only-binary",
+            ":all:",
+            *SETS["openai-agents extra"],
+        ]
+        env = {**os.environ, "UV_CACHE_DIR": str(OUT / "uv-cache")}
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        seconds = time.perf_counter() - started
+        outcome = "ok" if done.returncode == 0 else f"failed: {done.stderr.strip()[-200:]}"
+        rows.append(f"| uv {label} | {seconds:.1f} s | {outcome} |")
+    lines += [
+        f"## 4. uv ({version}) for comparison: the openai-agents set, resolve + fetch + "
+        "install for Python 3.11 on manylinux_2_36_x86_64",
+        "",
+        "| tool | time | |",
+        "|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--uv", help="a uv binary to compare with pip (section 4)")
     args = parser.parse_args()
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
@@ -221,6 +265,8 @@ def main() -> None:
     ]
     asyncio.run(resolve_and_prebuild(lines))
     per_trial(lines, args.rows, args.concurrency)
+    if args.uv:
+        uv_comparison(lines, args.uv)
     lines.append(
         f"Took {time.time() - began:.0f} s; load average {os.getloadavg()[0]:.1f} at the end."
     )
