@@ -205,7 +205,8 @@ def uv_comparison(lines: list[str], uv: str) -> None:
     (fresh uv cache) and warm, beside pip's cold figure from section 1."""
     from osmo_run.backends.harbor.wheelhouse import platform_tags
 
-    version = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout.strip()
+    answer = subprocess.run([uv, "--version"], capture_output=True, text=True).stdout
+    version = answer.strip().split(" (")[0]  # "uv 0.13.9"
     tag = platform_tags("x86_64", "glibc 2.36")[0]
     rows = []
     for label in ("cold (empty uv cache)", "warm"):
@@ -232,8 +233,9 @@ def uv_comparison(lines: list[str], uv: str) -> None:
         outcome = "ok" if done.returncode == 0 else f"failed: {done.stderr.strip()[-200:]}"
         rows.append(f"| uv {label} | {seconds:.1f} s | {outcome} |")
     lines += [
-        f"## 4. uv ({version}) for comparison: the openai-agents set, resolve + fetch + "
-        "install for Python 3.11 on manylinux_2_36_x86_64",
+        f"## 4. {version} for comparison: the openai-agents set, resolve + fetch + install "
+        "for Python 3.11 on manylinux_2_36_x86_64 (no byte-compile, no archive: pip's "
+        "figures for the same steps are section 1's first two columns)",
         "",
         "| tool | time | |",
         "|---|---|---|",
