@@ -11,6 +11,7 @@ import typer
 
 from osmo_run.cli.cleanup import cleanup
 from osmo_run.cli.harbor import harbor
+from osmo_run.cli.init import init
 from osmo_run.cli.local import local
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.cli.reports import regrade, report
@@ -34,6 +35,7 @@ app.command()(regrade)
 app.command()(validate)
 app.command()(cleanup)
 app.command()(view)
+app.command()(init)
 
 
 @app.command()
