@@ -18,6 +18,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from osmo_run.cli.options import EnvFileOption
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -85,6 +87,7 @@ class RunFlags:
         typer.Option(help="K/N: run the rows whose index is K-1 modulo N (split across machines)."),
     ] = None
     plain: Annotated[bool, typer.Option("--plain", help="Same as --display plain.")] = False
+    env_file: EnvFileOption = None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ beyond their types (display, gates, retry categories)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -15,6 +16,14 @@ if TYPE_CHECKING:
 
 OverwriteOption = Annotated[
     bool, typer.Option(help="Replace an output file that already holds results.")
+]
+EnvFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file",
+        help="Dotenv file (KEY=VALUE lines) of variables, such as the API key api_key_env "
+        "names; they win over the environment's. Never printed or written.",
+    ),
 ]
 
 
