@@ -3,6 +3,7 @@ beyond their types (display, gates, retry categories)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -28,9 +29,14 @@ EnvFileOption = Annotated[
 
 
 def console(stderr: bool = False) -> Console:
+    """The console a command prints through: rich's detection (colours on a terminal,
+    ``FORCE_COLOR`` for colours elsewhere, https://force-color.org), except that
+    ``NO_COLOR`` (any non-empty value, https://no-color.org) drops every style, bold
+    included, and wins over ``FORCE_COLOR``."""
     from rich.console import Console
 
-    return Console(highlight=False, stderr=stderr)
+    no_color = os.environ.get("NO_COLOR", "") != ""
+    return Console(highlight=False, stderr=stderr, color_system=None if no_color else "auto")
 
 
 def gates_from_flags(
