@@ -63,7 +63,10 @@ def regrade(
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
     code_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory the grader's package imports from [default: the run's]."),
+        typer.Option(
+            help="Directory the grader's package imports from [default: --spec's code_dir, "
+            "else the run's own code dir (its manifest), else the working directory]."
+        ),
     ] = None,
     grader_settings: Annotated[
         str | None,

@@ -321,7 +321,11 @@ class RunSpec(_Strict):
         description="The judge model of grader calls (ModelJudge): base_url and model, or embedded",
         json_schema_extra=_embedded_shorthand_schema,
     )
-    output: SpecPath | None = Field(default=None, description="Output JSONL path")
+    output: SpecPath | None = Field(
+        default=None,
+        description="Output JSONL path; default runs/<dataset>-<hash>/results.jsonl under the "
+        "working directory, <hash> of what defines the run's results",
+    )
     bad_rows: Literal["stop", "record"] = Field(
         default="stop",
         description="stop: refuse the dataset if a line is bad; record: record it and go on",
