@@ -120,3 +120,17 @@ def test_an_unreadable_env_file_is_one_error(cli: CLI, tmp_path: Path) -> None:
         proc = cli.local(data, "--workflow", "tests.workflows:NoopWorkflow", "--env-file", env_file)
         assert proc.returncode == 2
         assert error_lines(proc.stderr) == [f"error: {env_file}: {says}"]
+
+
+def test_validate_reads_the_env_file_as_a_run_would(cli: CLI, tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "http://127.0.0.1:9/v1")
+    env = {k: v for k, v in cli_env().items() if k != "OSMO_RUN_TEST_KEY"}
+    without = cli("validate", spec, env=env)
+    assert without.returncode == 2
+    assert "OSMO_RUN_TEST_KEY is not set" in without.stderr
+    env_file = tmp_path / ".env"
+    env_file.write_text("OSMO_RUN_TEST_KEY=sk-validate-secret\n")
+    given = cli("validate", spec, "--env-file", env_file, env=env)
+    assert given.returncode == 0, given.stderr
+    assert "no problems found" in given.stdout
+    assert "sk-validate-secret" not in given.stdout + given.stderr
