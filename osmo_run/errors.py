@@ -9,7 +9,9 @@ Stdlib only: the SDK imports this module inside sandboxes.
     │   ├── ImportPathError           a "module:attr" that does not resolve to what it must
     │   │   └── DependencyImportError the module exists, one of its own imports is missing
     │   ├── TaskDirError              a Harbor task directory that cannot be used
-    │   └── RequirementsError         the workflow's requirements cannot reach the trial
+    │   ├── RequirementsError         the workflow's requirements cannot reach the trial
+    │   ├── EnvFileError              an --env-file that cannot be read or parsed (names file:line)
+    │   └── ScaffoldError             osmo-run init's target exists or names no valid package
     ├── BackendUnavailable            an optional extra is missing (names the pip command): exit 2
     │   └── EmbeddedLLMUnavailable    `llm: embedded` without its server or model package
     ├── EnvironmentNotReady           a container engine or cloud credentials are missing: exit 2
@@ -85,6 +87,15 @@ class TaskDirError(InputError):
 
 class RequirementsError(InputError):
     """The workflow's requirements are unreadable, or have no wheel for the trial's image."""
+
+
+class EnvFileError(InputError):
+    """An ``--env-file`` cannot be read, or a line of it is not ``KEY=VALUE``."""
+
+
+class ScaffoldError(InputError):
+    """``osmo-run init`` cannot create its project there (the directory is not empty, or its
+    name makes no Python package name)."""
 
 
 class BackendUnavailable(OsmoRunError):
