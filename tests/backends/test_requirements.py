@@ -157,3 +157,15 @@ def test_the_json_schema_takes_every_form() -> None:
         jsonschema.validate({"workflow": "a:B", "requirements": form}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"workflow": "a:B", "requirements": "all"}, schema)
+
+
+def test_an_init_project_installs_nothing_until_it_declares_something(tmp_path: Path) -> None:
+    """``osmo-run init``'s pyproject depends on osmo-run only, which trials never install."""
+    from osmo_run.scaffold import create_project
+
+    project = create_project(tmp_path / "myproj")
+    root = tmp_path / "myproj"
+    workflow = f"{project.package}.rollout:Workflow"
+    assert collect_requirements(root, RequirementOptions(), [workflow]).requirements == ()
+    added = RequirementOptions(add=("pyyaml>=6",))
+    assert collect_requirements(root, added, [workflow]).requirements == ("pyyaml>=6",)
