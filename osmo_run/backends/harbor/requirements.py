@@ -19,9 +19,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.metadata
-import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +68,9 @@ class RequirementOptions:
 
 @dataclass(frozen=True)
 class RequirementSet:
-    """The requirements to install (normalized, de-duplicated, in order) and where each
-    group came from, for messages."""
+    """The requirements to install: normalized, de-duplicated, in the order found."""
 
     requirements: tuple[str, ...] = ()
-    sources: tuple[str, ...] = field(default=())
 
     def digest(self) -> str:
         """A hash of the set (order-independent), for caches and image tags."""
@@ -252,19 +249,15 @@ def collect_requirements(
     for module in integrations_used(code_dir, import_paths):
         found += _osmo_run_extra(INTEGRATION_EXTRAS[module], f"osmo_run.integrations.{module}")
     requirements: list[str] = []
-    sources: list[str] = []
     for text, where in found:
         requirement = _parse(text, where)
         if canonicalize_name(requirement.name) == OSMO_RUN:
             expanded = [
                 r for extra in sorted(requirement.extras) for r in _osmo_run_extra(extra, where)
             ]
-            found += [item for item in expanded if item not in found]
+            found += [item for item in expanded if item not in found]  # the loop reaches them
             continue
         normalized = str(requirement)
         if normalized not in requirements:
             requirements.append(normalized)
-        source = re.sub(r"(:\d+|\[\d+\])$", "", where)
-        if source not in sources:
-            sources.append(source)
-    return RequirementSet(tuple(requirements), tuple(sources))
+    return RequirementSet(tuple(requirements))
