@@ -169,3 +169,19 @@ def test_an_init_project_installs_nothing_until_it_declares_something(tmp_path: 
     assert collect_requirements(root, RequirementOptions(), [workflow]).requirements == ()
     added = RequirementOptions(add=("pyyaml>=6",))
     assert collect_requirements(root, added, [workflow]).requirements == ("pyyaml>=6",)
+
+
+def test_a_remote_environment_needs_the_trials_python_stated() -> None:
+    """Daytona's image cannot be asked from here: the spec says what it runs, or the run
+    stops before any row with the field to set."""
+    import asyncio
+
+    from osmo_run.backends.harbor.wheelhouse import target_python
+
+    with pytest.raises(RequirementsError, match=r"set requirements\.python_version"):
+        asyncio.run(target_python(None, RequirementOptions(), "daytona"))
+    stated = RequirementOptions.from_fields(
+        {"python_version": "3.12", "platforms": ["manylinux_2_39_x86_64"]}
+    )
+    target = asyncio.run(target_python(None, stated, "daytona"))
+    assert (target.version, target.platforms) == ("3.12", ("manylinux_2_39_x86_64",))
