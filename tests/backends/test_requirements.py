@@ -185,3 +185,9 @@ def test_a_remote_environment_needs_the_trials_python_stated() -> None:
     )
     target = asyncio.run(target_python(None, stated, "daytona"))
     assert (target.version, target.platforms) == ("3.12", ("manylinux_2_39_x86_64",))
+
+
+def test_no_pip_on_the_host_is_named() -> None:
+    target = TargetPython("3.11", ("manylinux_2_36_x86_64",))
+    line = pip_problem("/venv/bin/python: No module named pip\n", target)
+    assert "has no pip" in line and "python -m ensurepip" in line

@@ -158,6 +158,12 @@ async def _pip(*args: str, timeout_sec: float = 1800.0) -> tuple[int, str]:
 
 def pip_problem(output: str, target: TargetPython) -> str:
     """One line saying why ``pip download`` failed, naming the requirement."""
+    if "No module named pip" in output:
+        return (
+            f"requirements: osmo-run's Python ({sys.executable}) has no pip, which fetches "
+            "the trial's wheels; install it (`python -m ensurepip`) or set "
+            "`requirements: none`"
+        )
     missing = re.search(r"No matching distribution found for (\S+)", output)
     if missing:
         return (
