@@ -372,6 +372,23 @@ def _passes_text(summary: RunSummary) -> str:
     return passes
 
 
+def _stopped_row(summary: RunSummary) -> tuple[str, str]:
+    """The summary's row for a run that stopped starting rows: fail-fast's or the
+    breaker's, with what was not run."""
+    trip = summary.breaker
+    if trip is None:
+        name, stopped = "fail-fast", "stopped starting rows after the first failed rollout"
+    else:
+        name = "breaker"
+        stopped = (
+            f"stopped starting rows after {trip.after} rollouts in a row failed with "
+            f"{trip.category}"
+        )
+    if summary.not_run:
+        stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
+    return name, stopped
+
+
 def render_summary(summary: RunSummary) -> RenderableType:
     """The end-of-run report: statuses, rewards with their uncertainty, coverage, pass
     rate and pass@k, durations, model tokens, the error histogram, and where the output
@@ -424,9 +441,6 @@ def render_summary(summary: RunSummary) -> RenderableType:
     if summary.output:
         table.add_row("output", summary.output)
     if summary.stopped_early:
-        stopped = "stopped starting rows after the first failed rollout"
-        if summary.not_run:
-            stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
-        table.add_row("fail-fast", stopped)
+        table.add_row(*_stopped_row(summary))
     title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
     return Group(Text(title, style="bold underline"), table)
