@@ -49,16 +49,18 @@ trying differs from row to row, the fault does not."""
 _UUID = r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
 _IPV6 = r"\[[0-9a-f:]+\](?::\d+)?|\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{1,4}\b"
 _IPV4 = r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"
-_HEX_ID = r"(?<![0-9a-z])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{8,}(?![0-9a-z])"
+_TOKEN_ID = r"(?<![0-9A-Za-z])(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[0-9A-Za-z]{6,}(?![0-9A-Za-z])"
+"""Six or more letters and digits mixed: hex ids (containers, trials, requests) and the
+random names of temporary files (``tmpc40uv3xq``), which differ in every trial."""
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(_UUID, re.IGNORECASE), "<id>"),
     (re.compile(_IPV6, re.IGNORECASE), "<addr>"),
     (re.compile(_IPV4), "<addr>"),
-    (re.compile(_HEX_ID, re.IGNORECASE), "<id>"),
+    (re.compile(_TOKEN_ID), "<id>"),
     (re.compile(r"\d+(?:\.\d+)?"), "#"),
 )
 """What differs between rows failing for one reason, masked in this order: UUIDs,
-addresses with their ports, hex ids (container, trial, request ids), then any number."""
+addresses with their ports, ids (letters and digits mixed), then any number."""
 
 
 def _first_line(message: str) -> str:

@@ -52,14 +52,24 @@ def test_the_same_fault_in_different_rows_is_one_cause() -> None:
     assert "40123" not in first and "(at " not in first and "gave up" not in first
 
 
-def test_trial_names_ids_and_numbers_are_masked() -> None:
-    def infra(row: str, trial: str, uuid: str) -> str | None:
-        message = f"trial osmo-{trial}-3-{row}__env: container {uuid} exited 125\nlog: ..."
+def test_trial_names_ids_temporary_files_and_numbers_are_masked() -> None:
+    def infra(row: str, trial: str, uuid: str, tmp: str) -> str | None:
+        message = (
+            f"trial osmo-{trial}-3-{row}__env: container {uuid} exited 125 "
+            f"(compose file /tmp/{tmp}/compose.json)\nlog: ..."
+        )
         return failure_cause("infra_error", message, (row, row))
 
-    one = infra("alpha", "0123456789ab", "550e8400-e29b-41d4-a716-446655440000")
-    two = infra("beta-7", "ba9876543210", "123e4567-e89b-12d3-a456-426614174000")
-    assert one == two == "infra_error: trial osmo-<id>-#-<row>__env: container <id> exited #"
+    one = infra("alpha", "0123456789ab", "550e8400-e29b-41d4-a716-446655440000", "tmpc40uv3xq")
+    two = infra("beta-7", "ba9876543210", "123e4567-e89b-12d3-a456-426614174000", "tmp27gm6a30")
+    assert (
+        one
+        == two
+        == (
+            "infra_error: trial osmo-<id>-#-<row>__env: container <id> exited # "
+            "(compose file /tmp/<id>/compose.json)"
+        )
+    )
 
 
 def test_different_faults_categories_and_first_lines_are_different_causes() -> None:
