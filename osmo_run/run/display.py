@@ -69,7 +69,8 @@ class Display:
         """A rollout's final result was recorded."""
 
     def message(self, text: str) -> None:
-        """A line for the person watching (an interrupt, fail-fast)."""
+        """A line for the person watching (an interrupt, fail-fast, the breaker), shown
+        as it is: never read as markup."""
 
     def tick(self) -> None:
         """About once a second, for displays that print on a clock."""
@@ -292,7 +293,9 @@ class LiveDisplay(Display):
         self._counts.add(result)
 
     def message(self, text: str) -> None:
-        self._console.print(text)
+        # plain text: a breaker's line quotes an error message, whose "[/tmp]" is no markup
+        lines = "\n".join(one_line(line) for line in text.splitlines())
+        self._console.print(lines, markup=False, highlight=False)
 
     def stop(self) -> None:
         if self._live is not None:
