@@ -24,7 +24,8 @@ from tests.conftest import CLI, REPO, cli_env, error_lines, read_jsonl
 from tests.llm.stub_model import StubModel, serve
 
 WriteJsonl = Callable[..., Path]
-ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+API_KEY = "sk-breaker-5f4e3d2c1b0a"
+ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1", "OSMO_TEST_LLM_KEY": API_KEY}
 CHAT = "tests.llm.llm_workflows:EndpointWorkflow"
 STOPPED = "stopped by the breaker: "
 
@@ -84,7 +85,8 @@ def test_a_dead_endpoint_stops_after_k_rows_and_resume_completes_the_run(
 ) -> None:
     base_url = f"http://127.0.0.1:{dead_port}/v1"
     data = write_jsonl(_rows(20))
-    spec = _spec(tmp_path, base_url)
+    llm = {"base_url": base_url, "model": "stub-model", "api_key_env": "OSMO_TEST_LLM_KEY"}
+    spec = _spec(tmp_path, base_url, llm=llm)
 
     code, lines, output = _run(cli, data, spec)
 
@@ -115,6 +117,9 @@ def test_a_dead_endpoint_stops_after_k_rows_and_resume_completes_the_run(
     attempts = {r["row_id"]: len(r["attempts"]) for r in records}
     assert [attempts[row] for row in breaker["rollouts"]] == [1] * 5
     assert str(dead_port) not in breaker["cause"], "the cause masks addresses"
+    assert not any(API_KEY in line for line in lines)
+    for path in (p for p in output.parent.iterdir() if p.is_file()):
+        assert API_KEY not in path.read_text(), path
 
     # the endpoint comes up where it was missing: --resume runs the rest, and the rows
     # that failed with the cause the run stopped on
@@ -123,6 +128,7 @@ def test_a_dead_endpoint_stops_after_k_rows_and_resume_completes_the_run(
         code, lines, output = _run(cli, data, spec, "--resume")
         assert code == ExitCode.OK, "\n".join(lines)
         assert len(model.requests) == 20, "every row asked the model once, none twice"
+        assert {request.auth for request in model.requests} == {f"Bearer {API_KEY}"}
     records = read_jsonl(output)
     assert Counter(r["row_id"] for r in records) == Counter(f"r{i:02d}" for i in range(20))
     assert {r["status"] for r in records} == {"success"}
