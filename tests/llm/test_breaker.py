@@ -62,7 +62,7 @@ def _rows(n: int, **metadata: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _run(cli: CLI, data: Path, spec: Path, *args: str) -> tuple[int, list[str], Path]:
+def _run(cli: CLI, data: Path, spec: Path, *args: str | Path) -> tuple[int, list[str], Path]:
     output = cli.cwd / "out" / "results.jsonl"
     proc = cli(
         "local", data, "--spec", spec, "-o", output, "--display", "plain", *args, env=cli_env(**ENV)
@@ -144,7 +144,8 @@ def test_rows_in_flight_when_it_trips_finish_and_are_recorded(
 ) -> None:
     data = write_jsonl(_rows(30))
     spec = _spec(tmp_path, f"http://127.0.0.1:{dead_port}/v1", concurrency=6)
-    code, lines, output = _run(cli, data, spec, "--breaker", "3", "--json")
+    report = tmp_path / "report.md"
+    code, lines, output = _run(cli, data, spec, "--breaker", "3", "--json", "--summary-md", report)
     assert code == ExitCode.SYSTEMIC_FAILURE, "\n".join(lines)
     records = read_jsonl(output)
     assert 3 <= len(records) <= 3 + 5
@@ -157,6 +158,9 @@ def test_rows_in_flight_when_it_trips_finish_and_are_recorded(
     assert (verdict["exit_code"], verdict["passed"]) == (5, False)
     (line,) = _stopped_lines(lines)
     assert f"{30 - len(records)} rows not started" in line
+    markdown = report.read_text()
+    assert "— ❌ failed" in markdown and "- stopped by the breaker: 3 rollouts in a row" in markdown
+    assert f"- {30 - len(records)} rollouts not run (the breaker stopped the run)" in markdown
 
 
 @pytest.mark.parametrize(
