@@ -199,8 +199,9 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     state.done, state.only = done, only
     if tripped_on is not None:
         state.note = (
-            f"--resume: the breaker stopped this run ({tripped_on}); {tripped_reruns} "
-            "rollouts that failed that way run again, with the rows not started"
+            f"--resume: the breaker stopped this run on {tripped_on.partition(':')[0]}; the "
+            f"{tripped_reruns} rollouts that failed with its cause run again, with the rows "
+            "not started"
         )
     return state
 

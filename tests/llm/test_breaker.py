@@ -134,7 +134,10 @@ def test_a_dead_endpoint_stops_after_k_rows_and_resume_completes_the_run(
     assert {r["status"] for r in records} == {"success"}
     reran = [r for r in records if r["attempts"]]
     assert len(reran) == 20 - not_started, "the failed rows kept their earlier attempts"
-    assert any("the breaker stopped this run" in line for line in lines)
+    assert (
+        f"--resume: the breaker stopped this run on model_api_error; the {20 - not_started} "
+        "rollouts that failed with its cause run again, with the rows not started"
+    ) in lines
     assert not _stopped_lines(lines)
     assert json.loads(output.with_name("results.summary.json").read_text())["breaker"] is None
 
