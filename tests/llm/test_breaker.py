@@ -166,6 +166,24 @@ def test_rows_in_flight_when_it_trips_finish_and_are_recorded(
     assert f"- {30 - len(records)} rollouts not run (the breaker stopped the run)" in markdown
 
 
+def test_an_endpoint_that_keeps_answering_429_trips_it_after_the_retries(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, stub_model: StubModel
+) -> None:
+    rows = [{"id": f"r{i:02d}", "prompt": "please 429"} for i in range(10)]
+    data = write_jsonl(rows)
+    code, lines, output = _run(cli, data, _spec(tmp_path, stub_model.base_url), "--breaker", "3")
+    assert code == ExitCode.SYSTEMIC_FAILURE, "\n".join(lines)
+    records = read_jsonl(output)
+    assert {r["error_category"] for r in records} == {"rate_limit"}
+    (line,) = _stopped_lines(lines)
+    assert "failed with rate_limit: RateLimitError: " in line and "answered HTTP 429" in line
+    # each call was retried until the deadline, and each rollout once by `retries:`
+    assert all(r["usage"]["retried_calls"] == 1 for r in records)
+    summary = json.loads(output.with_name("results.summary.json").read_text())
+    attempts = {r["row_id"]: len(r["attempts"]) for r in records}
+    assert [attempts[row] for row in summary["breaker"]["rollouts"]] == [1, 1, 1]
+
+
 @pytest.mark.parametrize(
     ("workflow", "metadata", "category"),
     [
