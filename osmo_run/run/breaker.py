@@ -70,6 +70,22 @@ def _first_line(message: str) -> str:
     return _GAVE_UP.sub("", _WHERE.sub("", first))
 
 
+def _mask_id(line: str, rollout_id: str) -> str:
+    """``line`` with each whole-word ``rollout_id`` (no letter or digit either side) as
+    ``<row>``. By hand, not a regex: a pattern per row id would be compiled for every row."""
+    parts: list[str] = []
+    start = 0
+    while (at := line.find(rollout_id, start)) >= 0:
+        end = at + len(rollout_id)
+        whole = (at == 0 or not line[at - 1].isalnum()) and (
+            end == len(line) or not line[end].isalnum()
+        )
+        parts += [line[start:at], "<row>"] if whole else [line[start : at + 1]]
+        start = end if whole else at + 1
+    parts.append(line[start:])
+    return "".join(parts)
+
+
 def _cut(text: str) -> str:
     return text if len(text) <= CAUSE_CHARS else text[: CAUSE_CHARS - 1] + "…"
 
@@ -88,7 +104,7 @@ def failure_cause(
         return None
     line = _first_line(message or "")
     for rollout_id in sorted((i for i in ids if i), key=len, reverse=True):
-        line = re.sub(rf"(?<![0-9A-Za-z]){re.escape(rollout_id)}(?![0-9A-Za-z])", "<row>", line)
+        line = _mask_id(line, rollout_id)
     for pattern, mask in _MASKS:
         line = pattern.sub(mask, line)
     return f"{category}: {_cut(' '.join(line.split()))}"
