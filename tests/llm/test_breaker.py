@@ -177,8 +177,7 @@ def test_an_endpoint_that_keeps_answering_429_trips_it_after_the_retries(
     assert {r["error_category"] for r in records} == {"rate_limit"}
     (line,) = _stopped_lines(lines)
     assert "failed with rate_limit: RateLimitError: " in line and "answered HTTP 429" in line
-    # each call was retried until the deadline, and each rollout once by `retries:`
-    assert all(r["usage"]["retried_calls"] == 1 for r in records)
+    # the rows that tripped it had their run-level retry (`retries:`) too
     summary = json.loads(output.with_name("results.summary.json").read_text())
     attempts = {r["row_id"]: len(r["attempts"]) for r in records}
     assert [attempts[row] for row in summary["breaker"]["rollouts"]] == [1, 1, 1]
