@@ -25,7 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class RunFlags:
-    """What to run and how: the spec, its overrides, the output, resuming, the display."""
+    """What to run and how: the spec, its overrides, the output, resuming, the display,
+    the breaker."""
 
     spec: Annotated[Path | None, typer.Option("--spec", "-s", help="YAML run spec.")] = None
     workflow: Annotated[
@@ -116,6 +117,20 @@ class RunFlags:
     ] = None
     plain: Annotated[bool, typer.Option("--plain", help="Same as --display plain.")] = False
     env_file: EnvFileOption = None
+    breaker: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Stop starting rows once K rollouts in a row failed with the same cause "
+            "(infra_error, model_api_error, rate_limit) [default: the spec's, 5].",
+        ),
+    ] = None
+    no_breaker: Annotated[
+        bool,
+        typer.Option(
+            "--no-breaker", help="Never stop for failures that repeat (spec: breaker: off)."
+        ),
+    ] = False
 
 
 @dataclass(frozen=True)

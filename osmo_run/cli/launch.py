@@ -36,6 +36,11 @@ def load_run_spec(
     from osmo_run.sdk.imports import ensure_on_path
 
     check_display(run.display)
+    if run.no_breaker and run.breaker is not None:
+        raise SpecError(
+            f"--breaker {run.breaker} sets when the breaker stops a run and --no-breaker turns "
+            "it off; pass one of them"
+        )
     if run.env_file is not None:
         apply_env_file(run.env_file)
     overrides = SpecOverrides(
@@ -51,6 +56,7 @@ def load_run_spec(
         isolation=isolation,
         agent_sec=run.agent_timeout,
         grader_sec=run.grader_timeout,
+        breaker=False if run.no_breaker else run.breaker,
         harbor=harbor or HarborOverrides(),
     )
     try:

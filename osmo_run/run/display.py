@@ -70,7 +70,8 @@ class Display:
         """A rollout's final result was recorded."""
 
     def message(self, text: str) -> None:
-        """A line for the person watching (an interrupt, fail-fast)."""
+        """A line for the person watching (an interrupt, fail-fast, the breaker), shown
+        as it is: never read as markup."""
 
     def tick(self) -> None:
         """About once a second, for displays that print on a clock."""
@@ -293,7 +294,9 @@ class LiveDisplay(Display):
         self._counts.add(result)
 
     def message(self, text: str) -> None:
-        self._console.print(text)
+        # plain text: a breaker's line quotes an error message, whose "[/tmp]" is no markup
+        lines = "\n".join(one_line(line) for line in text.splitlines())
+        self._console.print(lines, markup=False, highlight=False)
 
     def stop(self) -> None:
         if self._live is not None:
@@ -386,6 +389,23 @@ def _passes_text(summary: RunSummary) -> str:
     return passes
 
 
+def _stopped_row(summary: RunSummary) -> tuple[str, str]:
+    """The summary's row for a run that stopped starting rows: fail-fast's or the
+    breaker's, with what was not run."""
+    trip = summary.breaker
+    if trip is None:
+        name, stopped = "fail-fast", "stopped starting rows after the first failed rollout"
+    else:
+        name = "breaker"
+        stopped = (
+            f"stopped starting rows after {trip.after} rollouts in a row failed with "
+            f"{trip.category}"
+        )
+    if summary.not_run:
+        stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
+    return name, stopped
+
+
 def render_summary(summary: RunSummary) -> RenderableType:
     """The end-of-run report: statuses, rewards with their uncertainty, coverage, pass
     rate and pass@k, durations, model tokens, the error histogram, and where the output
@@ -438,9 +458,6 @@ def render_summary(summary: RunSummary) -> RenderableType:
     if summary.output:
         table.add_row("output", summary.output)
     if summary.stopped_early:
-        stopped = "stopped starting rows after the first failed rollout"
-        if summary.not_run:
-            stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
-        table.add_row("fail-fast", stopped)
+        table.add_row(*_stopped_row(summary))
     title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
     return Group(Text(title, style="bold underline"), table)

@@ -48,6 +48,8 @@ class SpecOverrides:
     isolation: str | None = None
     agent_sec: float | None = None
     grader_sec: float | None = None
+    breaker: int | bool | None = None
+    """``--breaker K`` (a number) or ``--no-breaker`` (``False``): ``RunSpec.breaker``."""
     harbor: HarborOverrides = field(default_factory=HarborOverrides)
 
     def top_level(self) -> dict[str, Any]:
@@ -62,6 +64,7 @@ class SpecOverrides:
             "samples_per_row": self.samples_per_row,
             "shard": self.shard,
             "isolation": self.isolation,
+            "breaker": self.breaker,
         }
 
 

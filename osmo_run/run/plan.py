@@ -150,6 +150,7 @@ def build_manifest(
         **({} if spec.judge is None else {"judge_base_url": spec.judge.base_url}),
         "pass_threshold": spec.pass_threshold,
         "retries": spec.retries.model_dump(),
+        "breaker": spec.breaker,  # when to stop for one repeated cause: never the results
         **settings.info,
     }
     return Manifest(defining=defining, info=info, dataset_name=settings.dataset.stem)

@@ -38,6 +38,7 @@ from osmo_run.graders.base import SettingsGrader
 from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
 from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
+from osmo_run.run.breaker import DEFAULT_BREAKER_AFTER
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
 from osmo_run.sdk.config import (
     DEFAULT_MAX_CONCURRENT,
@@ -266,6 +267,17 @@ def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
     schema.setdefault("anyOf", []).insert(0, shorthand)
 
 
+def _breaker_off_schema(schema: dict[str, Any]) -> None:
+    """A count of at least 1, or ``off`` (YAML's bare ``off`` is false; null is off too),
+    as :meth:`RunSpec._breaker_off` takes it."""
+    schema["anyOf"] = [
+        {"type": "integer", "minimum": 1},
+        {"type": "null"},
+        {"const": "off"},
+        {"const": False},
+    ]
+
+
 class ConcurrencySpec(_Strict):
     """``workflow_config.concurrency``."""
 
@@ -353,6 +365,26 @@ class RunSpec(_Strict):
         description="local: process runs each row in a child process killed at its deadline",
     )
     harbor: HarborSpec = Field(default_factory=HarborSpec)
+    breaker: int | None = Field(
+        default=DEFAULT_BREAKER_AFTER,
+        description="Stop starting rows once this many rollouts in a row failed with the same "
+        "cause (infra_error, model_api_error, rate_limit); off (or false) never stops",
+        json_schema_extra=_breaker_off_schema,
+    )
+
+    @field_validator("breaker", mode="before")
+    @classmethod
+    def _breaker_off(cls, value: Any) -> Any:
+        # YAML reads a bare `off` as false; "off" also comes quoted or from the command line
+        if value is False or value is None or value == "off":
+            return None
+        if isinstance(value, float) and value.is_integer():  # 5.0: an integer to the schema
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                "must be a number of rollouts in a row (at least 1), or off to turn it off"
+            )
+        return value
 
     @field_validator("llm", "judge", mode="before")
     @classmethod

@@ -35,6 +35,7 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "shard": (["--shard", "2/3"], "2/3"),
     "samples_per_row": (["--samples", "2"], 2),
     "isolation": (["--isolation", "process"], "process"),
+    "breaker": (["--breaker", "3"], 3),
     "harbor.task_dir": (["--task-dir", "task"], Path("task")),
     "harbor.tasks_root": (["--tasks-root", "tasks"], Path("tasks")),
     "harbor.env": (["--env", "daytona"], "daytona"),

@@ -168,3 +168,11 @@ def test_interrupted_summary_says_so() -> None:
     assert _render(render_summary(_run_summary(interrupted=True))).startswith(
         "Run summary (interrupted)"
     )
+
+
+def test_live_display_messages_are_text_never_markup() -> None:
+    """A breaker's line quotes an error message: its brackets are shown, not parsed."""
+    out = io.StringIO()
+    live = LiveDisplay(Console(file=out, width=200))
+    live.message("breaker: 5 rollouts in a row failed with infra_error (KeyError: [/tmp] [red]x)")
+    assert "(KeyError: [/tmp] [red]x)" in out.getvalue()
