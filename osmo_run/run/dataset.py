@@ -1,20 +1,10 @@
 """Stream a JSONL dataset into :class:`ExecutionRequest` objects.
 
-Two row styles are accepted:
-
-* osmosis columns: ``user_prompt`` (and optional ``system_prompt``), ``ground_truth`` or
-  ``label``, ``metadata`` (an object or a JSON string of one);
-* chat: ``messages`` or ``prompt`` (a message list, or a string for one user message),
-  plus ``label``.
-
-Columns that say different things are refused rather than one chosen silently: two of
-``messages``/``prompt``/``user_prompt``, ``system_prompt`` without ``user_prompt``,
-``label`` and ``ground_truth`` with different values, an extra column and a ``metadata``
-key of the same name with different values. An empty prompt (``""`` or ``[]``) is refused.
-
-An optional ``id`` names the row; otherwise its line number does. Other columns are
-kept in the row's metadata. Blank lines are skipped. Reading never holds more than one
-line in memory, except the set of explicit ids used to refuse duplicates.
+Rows are read by :func:`osmo_run.run.rows.parse_row` (the row styles and their checks). An
+optional ``id`` names the row, any non-empty string or integer; otherwise its line number
+does. Ids are unique, and so are their safe names (:mod:`osmo_run.sdk.names`), the names of
+their directories. Blank lines are skipped. Reading never holds more than one line in
+memory, except a table of id hashes used to refuse duplicates.
 """
 
 from __future__ import annotations
@@ -24,25 +14,15 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from osmo_run.errors import DatasetError
+from osmo_run.run.rows import RowError as _RowError
+from osmo_run.run.rows import check_id, parse_row, shown
 from osmo_run.run.seen import SeenHashes
+from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import ExecutionRequest
 
-_KNOWN = frozenset(
-    {
-        "id",
-        "messages",
-        "prompt",
-        "user_prompt",
-        "system_prompt",
-        "label",
-        "ground_truth",
-        "metadata",
-    }
-)
-_MAX_ID_LENGTH = 128
+__all__ = ["Dataset", "DatasetRow", "id_clash", "parse_row"]
 
 
 @dataclass
@@ -56,128 +36,6 @@ class DatasetRow:
     error: str | None = None
     explicit_id: bool = False
     """The row's ``id`` column named it (otherwise its line number did)."""
-
-
-class _RowError(ValueError):
-    pass
-
-
-def _check_id(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _RowError(f"'id' must be a string or an integer, got {type(value).__name__}")
-    row_id = str(value)
-    if (
-        not row_id
-        or row_id in {".", ".."}
-        or "/" in row_id
-        or "\\" in row_id
-        or "\x00" in row_id
-        or len(row_id) > _MAX_ID_LENGTH
-    ):
-        raise _RowError(
-            f"'id' {row_id[:40]!r} must be 1-{_MAX_ID_LENGTH} characters without '/', '\\' "
-            "and not '.' or '..' (it names directories)"
-        )
-    return row_id
-
-
-def _messages(value: object, column: str) -> list[dict[str, Any]]:
-    if (isinstance(value, str | list)) and not value:  # one rule for "" and []
-        raise _RowError(f"'{column}' is empty: give a non-empty list of messages or string")
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if not isinstance(value, list):
-        raise _RowError(f"'{column}' must be a non-empty list of messages or a string")
-    for i, message in enumerate(value):
-        if not isinstance(message, dict):
-            raise _RowError(f'\'{column}[{i}]\' must be an object like {{"role": "user", ...}}')
-        if not isinstance(message.get("role"), str):
-            raise _RowError(f"'{column}[{i}]' has no string 'role'")
-    return value
-
-
-_PROMPT_COLUMNS = ("messages", "prompt", "user_prompt")
-
-
-def _prompt(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    given = [column for column in _PROMPT_COLUMNS if column in obj]
-    if len(given) > 1:
-        raise _RowError(f"'{given[0]}' and '{given[1]}' both give the prompt: keep one of them")
-    if given and given[0] != "user_prompt":
-        if "system_prompt" in obj:
-            raise _RowError(
-                f"'system_prompt' goes with 'user_prompt'; with '{given[0]}', put the system "
-                "message in it"
-            )
-        return _messages(obj[given[0]], given[0])
-    user = obj.get("user_prompt")
-    if user is None:
-        raise _RowError("row has no prompt: give 'messages', 'prompt' or 'user_prompt'")
-    if not isinstance(user, str):
-        raise _RowError(f"'user_prompt' must be a string, got {type(user).__name__}")
-    if not user:
-        raise _RowError("'user_prompt' is empty: give a non-empty string")
-    system = obj.get("system_prompt")
-    if system is not None and not isinstance(system, str):
-        raise _RowError(f"'system_prompt' must be a string, got {type(system).__name__}")
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": user})
-    return messages
-
-
-def _shown(value: Any) -> str:
-    return repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
-
-
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    if isinstance(metadata, str) and metadata.strip():
-        try:
-            metadata = json.loads(metadata)
-        except json.JSONDecodeError:
-            raise _RowError("'metadata' is a string but not a JSON object") from None
-    if metadata is None or metadata == "":
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise _RowError(f"'metadata' must be an object, got {type(metadata).__name__}")
-    extra = {k: v for k, v in obj.items() if k not in _KNOWN}
-    for key, value in extra.items():
-        if key in metadata and metadata[key] != value:
-            raise _RowError(
-                f"'{key}' is a column and a 'metadata' key with different values "
-                f"({_shown(value)} and {_shown(metadata[key])}): keep one of them"
-            )
-    return {**metadata, **extra} if extra else metadata
-
-
-def _label(obj: dict[str, Any]) -> Any:
-    if "label" in obj and "ground_truth" in obj and obj["label"] != obj["ground_truth"]:
-        raise _RowError(
-            f"'label' and 'ground_truth' differ ({_shown(obj['label'])} and "
-            f"{_shown(obj['ground_truth'])}): give one of them"
-        )
-    label = obj.get("label", obj.get("ground_truth"))
-    return None if label == "" else label
-
-
-def parse_row(
-    obj: object,
-    line: int,
-    agent_timeout_sec: float | None,
-    grader_timeout_sec: float | None,
-) -> ExecutionRequest:
-    """Turn one decoded JSON line into a request; raise ``ValueError`` saying what is wrong."""
-    if not isinstance(obj, dict):
-        raise _RowError(f"a row must be a JSON object, got {type(obj).__name__}")
-    row_id = _check_id(obj["id"]) if "id" in obj else str(line)
-    return ExecutionRequest(
-        id=row_id,
-        prompt=_prompt(obj),
-        label=_label(obj),
-        metadata=_metadata(obj),
-        agent_timeout_sec=agent_timeout_sec,
-        grader_timeout_sec=grader_timeout_sec,
-    )
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str | _RowError]]:
@@ -283,15 +141,17 @@ class Dataset:
     def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
         """Read every selected row once; return ``(row_count, problems)``.
 
-        Raises :class:`DatasetError` for an empty dataset, duplicate ids, and, when
+        Raises :class:`DatasetError` for an empty dataset, duplicate ids, two ids of one
+        safe name (:func:`~osmo_run.sdk.names.safe_name`), and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
         A shard that selects no row of a dataset that has rows is ``(0, [])``: in an array
         job of more shards than rows, the extra jobs succeed with nothing to do.
         """
         count = 0
         problems: list[str] = []
-        # Hashes, not ids: ~6 bytes a row instead of ~130 for a dict of ids. An id the table
-        # may have seen is a suspect, confirmed (with its lines) in a second pass.
+        # Hashes of safe names, not ids: ~6 bytes a row instead of ~130 for a dict of ids; the
+        # same id has the same name, so this finds both kinds of clash. A name the table may
+        # have seen is a suspect, confirmed (with its lines) in a second pass.
         expected = 0
         seen_ids: SeenHashes | None = None
         numeric_ids: SeenHashes | None = None
@@ -315,11 +175,12 @@ class Dataset:
             if seen_ids is None:
                 expected = self._line_count()
                 seen_ids = SeenHashes(expected)
-            if seen_ids.add(hash(row.row_id)):
-                suspects.add(row.row_id)
-            if row.row_id.isdigit():
+            name = safe_name(row.row_id)
+            if seen_ids.add(hash(name)):
+                suspects.add(name)
+            if name.isascii() and name.isdigit():  # the name is the id: like a line number's
                 numeric_ids = numeric_ids or SeenHashes(expected)
-                numeric_ids.add(int(row.row_id))
+                numeric_ids.add(int(name))
         if count == 0:
             if not self._selects_part() or next(self.rows(whole_selection=True), None) is None:
                 raise DatasetError(f"{self.path}: the dataset has no rows")
@@ -328,7 +189,7 @@ class Dataset:
             # An explicit numeric id may equal another row's line number (its implicit id):
             # a second pass that only datasets mixing both kinds of id pay for.
             suspects.update(
-                str(line)
+                str(line)  # a line number is its own safe name
                 for _, line, row_id, explicit in self._ids(bad_lines)
                 if not explicit and line in numeric_ids
             )
@@ -359,7 +220,7 @@ class Dataset:
                 if not isinstance(obj, dict):
                     continue
                 explicit = "id" in obj
-                yield index, number, _check_id(obj["id"]) if explicit else str(number), explicit
+                yield index, number, check_id(obj["id"]) if explicit else str(number), explicit
             except (ValueError, RecursionError):  # a bad row: already reported
                 continue
 
@@ -368,15 +229,27 @@ class Dataset:
         return self._shard is not None or self.select is not None
 
     def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
-        first_line: dict[str, int] = {}
+        first: dict[str, tuple[str, int]] = {}
         for _, line, row_id, _ in self._ids(bad_lines):
-            if row_id in suspects:
-                if row_id in first_line:
-                    raise self._duplicate(row_id, first_line[row_id], line)
-                first_line[row_id] = line
+            name = safe_name(row_id)
+            if name in suspects:
+                if name in first:
+                    raise self._duplicate(row_id, line, *first[name])
+                first[name] = (row_id, line)
 
-    def _duplicate(self, row_id: str, first: int, again: int) -> DatasetError:
-        return DatasetError(
-            f"{self.path}:{again}: duplicate id {row_id!r} (first at line {first}); "
+    def _duplicate(self, row_id: str, again: int, first_id: str, first: int) -> DatasetError:
+        return DatasetError(id_clash(self.path, row_id, again, first_id, first))
+
+
+def id_clash(path: Path, row_id: str, line: int, first_id: str, first: int) -> str:
+    """The message for the row at ``line`` whose id, or its safe name, is that of the row
+    ``first_id`` at ``first``."""
+    if row_id == first_id:
+        return (
+            f"{path}:{line}: duplicate id {shown(row_id)} (first at line {first}); "
             "ids must be unique"
         )
+    return (
+        f"{path}:{line}: id {shown(row_id)} and id {shown(first_id)} (line {first}) have the "
+        f"same file name {safe_name(row_id)!r}; rename one of them"
+    )

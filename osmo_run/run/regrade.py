@@ -25,7 +25,7 @@ from osmo_run.errors import InputError, OutputError
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import Manifest, write_manifest
 from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import record_dict, record_line
+from osmo_run.run.records import record_dict, record_line, record_safe_name
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import RunPaths, iter_records
 from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
@@ -230,7 +230,8 @@ class _Regrader:
             backend=saved.backend,
             usage=saved.usage,
         )
-        request = dataclasses.replace(request, id=saved.rollout_id)  # row~k: the grader's own id
+        # row~k: the grader's own id; its artifacts where the workflow wrote them
+        request = dataclasses.replace(request, id=saved.rollout_id, name=record_safe_name(record))
         skip = grader_skip_reason(
             request,
             True,
@@ -259,4 +260,5 @@ class _Regrader:
             int(record.get("sample_index", 0)),
             int(record.get("attempt", 1)),
             list(record.get("attempts") or []),
+            record_safe_name(record),
         )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmo_run.run.dataset import parse_row
+from osmo_run.run.rows import parse_row
 
 
 @dataclass

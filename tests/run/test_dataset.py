@@ -148,11 +148,10 @@ BAD_LINES: list[tuple[Row, str]] = [
     ({"prompt": [{"content": "hi"}]}, "'prompt[0]' has no string 'role'"),
     ({"prompt": "a", "metadata": [1]}, "'metadata' must be an object, got list"),
     ({"prompt": "a", "metadata": "{oops"}, "'metadata' is a string but not a JSON object"),
-    ({"id": "a/b", "prompt": "x"}, "'id' 'a/b' must be 1-128 characters without '/'"),
-    ({"id": "..", "prompt": "x"}, "'id' '..' must be 1-128 characters"),
-    ({"id": "x" * 129, "prompt": "x"}, "must be 1-128 characters"),
-    ({"id": 1.5, "prompt": "x"}, "'id' must be a string or an integer, got float"),
-    ({"id": True, "prompt": "x"}, "'id' must be a string or an integer, got bool"),
+    ({"id": "", "prompt": "x"}, "'id' is empty: give every row a non-empty id"),
+    ({"id": None, "prompt": "x"}, "'id' must be a non-empty string or an integer, got null"),
+    ({"id": 1.5, "prompt": "x"}, "'id' must be a non-empty string or an integer, got float"),
+    ({"id": True, "prompt": "x"}, "'id' must be a non-empty string or an integer, got bool"),
     (b'{"prompt": "caf\xe9"}', "not valid UTF-8 (byte 16); re-encode the file as UTF-8"),
     ("[" * 100_000, "JSON nested too deeply"),
 ]
@@ -306,3 +305,41 @@ def test_arbitrary_line_bytes_are_parsed_or_rejected_as_dataset_errors(
         Dataset(path).validate(stop_on_error=False)
     except DatasetError as exc:
         assert str(exc).startswith(f"{path}")
+
+
+ODD_IDS = [
+    "gsm8k/train/17",
+    "org/repo#123",
+    "a/b\\c d",
+    "../../x",
+    "..",
+    ".",
+    "x" * 300,
+    "nul\x00here",
+    "line\nbreak",
+    "Upper",
+    "[red]markup[/red]",
+    "  ",
+    "ünïcödé/分",
+]
+
+
+def test_ids_of_every_shape_are_kept_exactly(write_jsonl: WriteJsonl) -> None:
+    path = write_jsonl([{"id": row_id, "prompt": "x"} for row_id in ODD_IDS])
+    assert Dataset(path).validate(stop_on_error=True) == (len(ODD_IDS), [])
+    assert [request.id for request in _requests(path)] == ODD_IDS
+
+
+def test_two_ids_of_one_safe_name_are_refused_naming_both(write_jsonl: WriteJsonl) -> None:
+    from osmo_run.sdk.names import safe_name
+
+    clash = safe_name("a/b")  # an id spelt like another id's safe name
+    path = write_jsonl(
+        [{"id": "a/b", "prompt": "x"}, {"prompt": "y"}, {"id": clash, "prompt": "z"}]
+    )
+    with pytest.raises(DatasetError) as info:
+        Dataset(path).validate(stop_on_error=True)
+    assert str(info.value) == (
+        f"{path}:3: id {clash!r} and id 'a/b' (line 1) have the same file name {clash!r}; "
+        "rename one of them"
+    )

@@ -1,0 +1,71 @@
+"""Ids are data: ``osmo-run local`` keeps every id exactly and names directories by safe names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from junitparser import JUnitXml
+
+from osmo_run.sdk.names import safe_name
+from tests.conftest import CLI, error_lines, read_jsonl
+
+WriteJsonl = Callable[..., Path]
+ARTIFACTS = ("--workflow", "tests.workflows:ArtifactWorkflow")
+ARTIFACTS += ("--grader", "tests.workflows:ArtifactGrader")
+
+IDS = ["gsm8k/train/17", "org/repo#123", "a/b\\c d", "../../x", "..", "y" * 300, "Q1", "plain-1"]
+
+
+def test_odd_ids_run_and_are_kept_in_results_artifacts_and_junit(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl([{"id": row_id, "prompt": "hi", "label": "x"} for row_id in IDS])
+    output = tmp_path / "run" / "results.jsonl"
+    junit = tmp_path / "junit.xml"
+    proc = cli.local(data, *ARTIFACTS, "-o", output, "--junit-xml", junit)
+    assert proc.returncode == 0, proc.stderr
+    records = read_jsonl(output)
+    assert sorted(r["row_id"] for r in records) == sorted(IDS)
+    assert all(r["reward"] == 1.0 for r in records)  # the grader found the workflow's note
+    artifacts = output.parent / "artifacts"
+    for record in records:
+        assert record["safe_name"] == safe_name(record["row_id"])
+        note = artifacts / record["safe_name"] / "note.txt"
+        assert note.read_text() == f"note of {record['row_id']}"
+    names = {p.name for p in artifacts.iterdir()}
+    assert names == {safe_name(i) for i in IDS}  # nothing outside artifacts/, nothing else
+    assert "plain-1" in names  # a safe id names its own directory
+    assert not (tmp_path / "x").exists() and not (output.parent / "x").exists()
+    cases = [case.name for suite in JUnitXml.fromfile(str(junit)) for case in suite]
+    assert sorted(cases) == sorted(IDS)
+
+
+def test_samples_of_an_odd_id_get_a_directory_each(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl([{"id": "a/b", "prompt": "hi", "label": "x"}])
+    output = tmp_path / "run" / "results.jsonl"
+    proc = cli.local(data, *ARTIFACTS, "-o", output, "--samples", "2")
+    assert proc.returncode == 0, proc.stderr
+    records = read_jsonl(output)
+    assert sorted(r["rollout_id"] for r in records) == ["a/b~0", "a/b~1"]
+    expected = {f"{safe_name('a/b')}~0", f"{safe_name('a/b')}~1"}
+    assert {r["safe_name"] for r in records} == expected
+    assert {p.name for p in (output.parent / "artifacts").iterdir()} == expected
+
+
+def test_two_ids_of_one_safe_name_stop_the_run_naming_both(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    clash = safe_name("a/b")
+    data = write_jsonl([{"id": "a/b", "prompt": "hi"}, {"id": clash, "prompt": "hi"}])
+    output = tmp_path / "run" / "results.jsonl"
+    proc = cli.local(data, *ARTIFACTS, "-o", output)
+    assert proc.returncode == 2
+    first = error_lines(proc.stderr)[0]
+    assert first == (
+        f"error: {data}:2: id {clash!r} and id 'a/b' (line 1) have the same file name "
+        f"{clash!r}; rename one of them"
+    )
+    assert not output.exists()
