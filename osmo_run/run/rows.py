@@ -12,7 +12,9 @@ Columns that say different things are refused rather than one chosen silently: t
 ``label`` and ``ground_truth`` with different values, an extra column and a ``metadata``
 key of the same name with different values.
 
-An empty prompt (``""`` or ``[]``) is refused.
+A row without a prompt (no prompt column, or an empty one: ``""``, ``[]``, a null) is valid
+when it carries metadata: the workflow gets an empty prompt and builds its own from the
+metadata. A row with neither is refused.
 
 An optional ``id`` names the row: any non-empty string, or an integer (kept as its decimal
 text); it is data, never a path (see :mod:`osmo_run.sdk.names`). Other columns are kept in
@@ -60,12 +62,12 @@ def check_id(value: object) -> str:
 
 
 def _messages(value: object, column: str) -> list[dict[str, Any]]:
-    if (isinstance(value, str | list)) and not value:  # one rule for "" and []
-        raise RowError(f"'{column}' is empty: give a non-empty list of messages or string")
+    if value is None or (isinstance(value, str | list) and not value):
+        return []  # no prompt: the caller decides whether the row's metadata makes up for it
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list):
-        raise RowError(f"'{column}' must be a non-empty list of messages or a string")
+        raise RowError(f"'{column}' must be a list of messages or a string")
     for i, message in enumerate(value):
         if not isinstance(message, dict):
             raise RowError(f'\'{column}[{i}]\' must be an object like {{"role": "user", ...}}')
@@ -74,7 +76,8 @@ def _messages(value: object, column: str) -> list[dict[str, Any]]:
     return value
 
 
-def _prompt(obj: dict[str, Any]) -> list[dict[str, Any]]:
+def _prompt(obj: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The prompt's messages (``[]`` for none) and the column that gave it, if any."""
     given = [column for column in _PROMPT_COLUMNS if column in obj]
     if len(given) > 1:
         raise RowError(f"'{given[0]}' and '{given[1]}' both give the prompt: keep one of them")
@@ -84,20 +87,20 @@ def _prompt(obj: dict[str, Any]) -> list[dict[str, Any]]:
                 f"'system_prompt' goes with 'user_prompt'; with '{given[0]}', put the system "
                 "message in it"
             )
-        return _messages(obj[given[0]], given[0])
+        return _messages(obj[given[0]], given[0]), given[0]
     user = obj.get("user_prompt")
-    if user is None:
-        raise RowError("row has no prompt: give 'messages', 'prompt' or 'user_prompt'")
-    if not isinstance(user, str):
+    if user is not None and not isinstance(user, str):
         raise RowError(f"'user_prompt' must be a string, got {type(user).__name__}")
-    if not user:
-        raise RowError("'user_prompt' is empty: give a non-empty string")
     system = obj.get("system_prompt")
     if system is not None and not isinstance(system, str):
         raise RowError(f"'system_prompt' must be a string, got {type(system).__name__}")
+    if not user:
+        if system:
+            raise RowError("'system_prompt' without a 'user_prompt': give the user's message")
+        return [], given[0] if given else None
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": user})
-    return messages
+    return messages, "user_prompt"
 
 
 def shown(value: Any) -> str:
@@ -149,11 +152,19 @@ def parse_row(
     if not isinstance(obj, dict):
         raise RowError(f"a row must be a JSON object, got {type(obj).__name__}")
     row_id = check_id(obj["id"]) if "id" in obj else str(line)
+    prompt, column = _prompt(obj)
+    metadata = _metadata(obj)
+    if not prompt and not metadata:
+        what = f"'{column}' is empty" if column else "row has no prompt"
+        raise RowError(
+            f"{what} and no metadata: give 'messages', 'prompt' or 'user_prompt', or "
+            "'metadata' for a workflow that builds its prompt from it"
+        )
     return ExecutionRequest(
         id=row_id,
-        prompt=_prompt(obj),
+        prompt=prompt,
         label=_label(obj),
-        metadata=_metadata(obj),
+        metadata=metadata,
         agent_timeout_sec=agent_timeout_sec,
         grader_timeout_sec=grader_timeout_sec,
     )

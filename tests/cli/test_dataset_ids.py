@@ -69,3 +69,35 @@ def test_two_ids_of_one_safe_name_stop_the_run_naming_both(
         f"{clash!r}; rename one of them"
     )
     assert not output.exists()
+
+
+def test_a_metadata_only_row_runs_with_an_empty_prompt(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        [
+            {"id": "m", "metadata": {"question": "17*3"}, "label": "17*3"},
+            {"id": "p", "prompt": "2+2", "label": "2+2"},
+        ]
+    )
+    output = tmp_path / "out.jsonl"
+    workflow = ("--workflow", "tests.workflows:EchoWorkflow")
+    proc = cli.local(data, *workflow, "--grader", "tests.workflows:ScriptedGrader", "-o", output)
+    assert proc.returncode == 0, proc.stderr
+    by_id = {r["row_id"]: r for r in read_jsonl(output)}
+    assert by_id["m"]["info"]["prompt_messages"] == 0
+    assert by_id["m"]["info"]["metadata"] == ["question"]
+    assert by_id["m"]["reward"] == 1.0
+    assert by_id["p"]["info"]["prompt_messages"] == 1
+
+
+def test_a_row_with_neither_prompt_nor_metadata_stops_the_run_naming_its_line(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl([{"prompt": "fine"}, {"label": "4"}])
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(data, "--workflow", "tests.workflows:EchoWorkflow", "-o", output)
+    assert proc.returncode == 2
+    first = error_lines(proc.stderr)[0]
+    assert first.startswith(f"error: {data}:2: row has no prompt and no metadata: give")
+    assert not output.exists()

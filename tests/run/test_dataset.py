@@ -100,6 +100,20 @@ def test_limit_keeps_the_first_rows(write_jsonl: WriteJsonl) -> None:
     assert Dataset(path, limit=3).validate(stop_on_error=True) == (3, [])
 
 
+def test_a_row_with_metadata_and_no_prompt_gets_an_empty_prompt(write_jsonl: WriteJsonl) -> None:
+    path = write_jsonl(
+        [
+            {"id": "m", "metadata": {"question": "2+2"}, "label": "4"},
+            {"prompt": "", "topic": "math"},  # an empty prompt column, an extra column
+            {"messages": [], "metadata": '{"n": 1}'},
+        ]
+    )
+    first, second, third = _requests(path)
+    assert (first.prompt, first.metadata, first.label) == ([], {"question": "2+2"}, "4")
+    assert (second.prompt, second.metadata) == ([], {"topic": "math"})
+    assert (third.prompt, third.metadata) == ([], {"n": 1})
+
+
 def test_byte_order_mark_is_tolerated(tmp_path: Path) -> None:
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + jsonl_bytes([{"id": "a", "prompt": "x"}]))
@@ -110,14 +124,17 @@ BAD_LINES: list[tuple[Row, str]] = [
     ('{"prompt": "a"', "not valid JSON (Expecting ',' delimiter, column 15)"),
     ("[1, 2]", "a row must be a JSON object, got list"),
     ('"text"', "a row must be a JSON object, got str"),
-    ({"label": "x"}, "row has no prompt: give 'messages', 'prompt' or 'user_prompt'"),
+    ({"label": "x"}, "row has no prompt and no metadata: give 'messages', 'prompt' or"),
     ({"user_prompt": 3}, "'user_prompt' must be a string, got int"),
     ({"user_prompt": "a", "system_prompt": ["s"]}, "'system_prompt' must be a string, got list"),
-    ({"messages": []}, "'messages' is empty: give a non-empty list of messages or string"),
-    # one rule for every empty prompt, list or string
-    ({"prompt": []}, "'prompt' is empty: give a non-empty list of messages or string"),
-    ({"prompt": ""}, "'prompt' is empty: give a non-empty list of messages or string"),
-    ({"user_prompt": ""}, "'user_prompt' is empty: give a non-empty string"),
+    ({"messages": []}, "'messages' is empty and no metadata: give 'messages', 'prompt' or"),
+    # one rule for every empty prompt, list, string or null
+    ({"prompt": []}, "'prompt' is empty and no metadata"),
+    ({"prompt": ""}, "'prompt' is empty and no metadata"),
+    ({"prompt": None, "metadata": {}}, "'prompt' is empty and no metadata"),
+    ({"user_prompt": ""}, "'user_prompt' is empty and no metadata"),
+    ({"system_prompt": "s", "metadata": {"a": 1}}, "'system_prompt' without a 'user_prompt'"),
+    ({"prompt": 3}, "'prompt' must be a list of messages or a string"),
     # two columns saying different things: refused, never one chosen silently
     (
         {"prompt": "a", "label": "4", "ground_truth": "5"},
