@@ -85,6 +85,14 @@ class RunFlags:
         typer.Option(help="K/N: run the rows whose index is K-1 modulo N (split across machines)."),
     ] = None
     plain: Annotated[bool, typer.Option("--plain", help="Same as --display plain.")] = False
+    dataset_format: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset-format",
+            help="auto (default: by extension, .csv, .parquet/.pq, else JSONL), jsonl, csv "
+            "or parquet.",
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)

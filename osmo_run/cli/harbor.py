@@ -95,7 +95,10 @@ def harbor(
     *,
     dataset: Annotated[
         Path | None,
-        typer.Argument(help="JSONL dataset; without one, the task's instruction is the only row."),
+        typer.Argument(
+            help="Dataset (JSONL, CSV or Parquet); without one, the task's instruction "
+            "is the only row."
+        ),
     ] = None,
     task_dir: Annotated[
         Path | None, typer.Option(help="Harbor task directory every row runs in.")

@@ -46,6 +46,7 @@ def load_run_spec(
         isolation=isolation,
         agent_sec=run.agent_timeout,
         grader_sec=run.grader_timeout,
+        dataset_format=run.dataset_format,
         harbor=harbor or HarborOverrides(),
     )
     try:

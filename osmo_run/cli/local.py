@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 @takes_flag_groups
 def local(
     *,
-    dataset: Annotated[Path, typer.Argument(help="JSONL dataset, one row per line.")],
+    dataset: Annotated[Path, typer.Argument(help="Dataset: JSONL, CSV or Parquet (by extension).")],
     run: RunFlags,
     isolation: Annotated[
         str | None,

@@ -16,6 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from osmo_run.errors import DatasetError
+from osmo_run.run.readers import (
+    DatasetFormat,
+    Payload,
+    check_csv_header,
+    choose_format,
+    columns,
+    read,
+    row_count_bound,
+    where,
+)
 from osmo_run.run.rows import RowError as _RowError
 from osmo_run.run.rows import check_id, parse_row, shown
 from osmo_run.run.seen import SeenHashes
@@ -38,32 +48,11 @@ class DatasetRow:
     """The row's ``id`` column named it (otherwise its line number did)."""
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | _RowError]]:
-    """Yield ``(line_number, text)``, or the error for a line that is not UTF-8."""
-    try:
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                yield number, _decode(number, raw)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file not found") from None
-    except IsADirectoryError:
-        raise DatasetError(f"{path}: is a directory; pass a .jsonl file") from None
-    except PermissionError as exc:
-        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror}") from None
-
-
-def _decode(number: int, raw: bytes) -> str | _RowError:
-    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]  # a UTF-8 byte-order mark says nothing about the rows
-    try:
-        return raw.rstrip(b"\r\n").decode("utf-8")  # JSON error columns count on this line
-    except UnicodeDecodeError as exc:
-        return _RowError(f"not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8")
-
-
 class Dataset:
-    """A JSONL file read lazily, as often as needed (validation pass, then the run).
+    """A dataset file (JSONL, CSV or Parquet; :mod:`osmo_run.run.readers`) read lazily, as
+    often as needed (validation pass, then the run).
 
+    ``fmt`` is ``jsonl``, ``csv`` or ``parquet`` (``None``/``auto``: by extension).
     ``limit`` keeps the first N rows. Timeouts are copied into every request.
     """
 
@@ -76,14 +65,21 @@ class Dataset:
         limit: int | None = None,
         shard: tuple[int, int] | None = None,
         select: frozenset[int] | None = None,
+        fmt: str | None = None,
     ) -> None:
         self.path = path
+        self.format: DatasetFormat = choose_format(path, fmt)
         self._agent_timeout_sec = agent_timeout_sec
         self._grader_timeout_sec = grader_timeout_sec
         self._limit = limit
         self._shard = shard
         self.select = select
         """Row indexes to keep (a smoke subset); ``None`` keeps every row."""
+        self._unit = "line" if self.format == "jsonl" else "row"
+
+    def where(self, number: int) -> str:
+        """The position of the row at ``number`` for messages (``file:line``, ``file:row N``)."""
+        return where(self.path, self.format, number)
 
     def content_sha256(self) -> str:
         """The hash of the file's bytes: a run is defined by its data, not its path."""
@@ -93,13 +89,9 @@ class Dataset:
                 digest.update(chunk)
         return digest.hexdigest()
 
-    def _selected_lines(
-        self, whole_selection: bool = False
-    ) -> Iterator[tuple[int, int, str | _RowError]]:
-        """``(index, line number, text)`` of every selected non-blank line (see :meth:`rows`)."""
-        lines = (
-            item for item in _lines(self.path) if not isinstance(item[1], str) or item[1].strip()
-        )
+    def _selected_lines(self, whole_selection: bool = False) -> Iterator[tuple[int, int, Payload]]:
+        """``(index, number, payload)`` of every selected row (see :meth:`rows`)."""
+        lines = read(self.path, self.format)
         shard = None if whole_selection else self._shard
         for index, (number, text) in enumerate(lines):
             if self._limit is not None and index >= self._limit:
@@ -116,12 +108,10 @@ class Dataset:
         ``index`` counts rows within ``limit``; a shard ``(K, N)`` keeps the rows whose
         index is ``K-1`` modulo ``N`` unless ``whole_selection``.
         """
-        for index, number, text in self._selected_lines(whole_selection):
+        for index, number, payload in self._selected_lines(whole_selection):
             obj: object = None
             try:
-                if isinstance(text, _RowError):
-                    raise text
-                obj = json.loads(text)
+                obj = _decoded(payload)
                 request = parse_row(obj, number, self._agent_timeout_sec, self._grader_timeout_sec)
                 explicit = isinstance(obj, dict) and "id" in obj
                 yield DatasetRow(index, number, request.id, request, explicit_id=explicit)
@@ -132,11 +122,11 @@ class Dataset:
                     else "JSON nested too deeply"
                 )
                 yield DatasetRow(
-                    index, number, str(number), None, f"{self.path}:{number}: {reason}"
+                    index, number, str(number), None, f"{self.where(number)}: {reason}"
                 )
             except _RowError as exc:
                 row_id = str(obj.get("id", number)) if isinstance(obj, dict) else str(number)
-                yield DatasetRow(index, number, row_id, None, f"{self.path}:{number}: {exc}")
+                yield DatasetRow(index, number, row_id, None, f"{self.where(number)}: {exc}")
 
     def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
         """Read every selected row once; return ``(row_count, problems)``.
@@ -147,6 +137,7 @@ class Dataset:
         A shard that selects no row of a dataset that has rows is ``(0, [])``: in an array
         job of more shards than rows, the extra jobs succeed with nothing to do.
         """
+        self.check_columns()
         count = 0
         problems: list[str] = []
         # Hashes of safe names, not ids: ~6 bytes a row instead of ~130 for a dict of ids; the
@@ -173,7 +164,7 @@ class Dataset:
                 line_named = True
                 continue  # a line-number id is unique; remembering it would cost memory per row
             if seen_ids is None:
-                expected = self._line_count()
+                expected = row_count_bound(self.path, self.format)
                 seen_ids = SeenHashes(expected)
             name = safe_name(row.row_id)
             if seen_ids.add(hash(name)):
@@ -197,26 +188,21 @@ class Dataset:
             self._raise_first_duplicate(suspects, bad_lines)
         return count, problems
 
-    def _line_count(self) -> int:
-        """How many lines the file has (an upper bound of its rows), read at C speed; 0 when
-        it cannot be read (reading its rows says why)."""
-        count = 0
-        try:
-            with open(self.path, "rb") as handle:
-                while chunk := handle.read(1 << 20):
-                    count += chunk.count(b"\n")
-        except OSError:
-            return 0
-        return count + 1
+    def check_columns(self) -> None:
+        """Refuse a file whose columns (a CSV header, a Parquet schema) cannot be read as
+        rows: a CSV whose first line names none of the columns read is data, not a header."""
+        names = columns(self.path, self.format)
+        if names is not None and self.format == "csv":
+            check_csv_header(self.path, names, frozenset())
 
     def _ids(self, bad_lines: set[int]) -> Iterator[tuple[int, int, str, bool]]:
         """``(index, line, id, explicit)`` of each selected row but ``bad_lines``, reading no
         more than its id (the confirming pass of the duplicate check)."""
-        for index, number, text in self._selected_lines():
-            if isinstance(text, _RowError) or number in bad_lines:
+        for index, number, payload in self._selected_lines():
+            if number in bad_lines:
                 continue
             try:
-                obj = json.loads(text)
+                obj = _decoded(payload)
                 if not isinstance(obj, dict):
                     continue
                 explicit = "id" in obj
@@ -238,18 +224,22 @@ class Dataset:
                 first[name] = (row_id, line)
 
     def _duplicate(self, row_id: str, again: int, first_id: str, first: int) -> DatasetError:
-        return DatasetError(id_clash(self.path, row_id, again, first_id, first))
+        return DatasetError(id_clash(self.where(again), row_id, first_id, f"{self._unit} {first}"))
 
 
-def id_clash(path: Path, row_id: str, line: int, first_id: str, first: int) -> str:
-    """The message for the row at ``line`` whose id, or its safe name, is that of the row
-    ``first_id`` at ``first``."""
+def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
+    """The message for the row at ``at`` (``file:line``) whose id, or its safe name, is that
+    of the row ``first_id`` at ``first`` (``line 3``, ``row 3``)."""
     if row_id == first_id:
-        return (
-            f"{path}:{line}: duplicate id {shown(row_id)} (first at line {first}); "
-            "ids must be unique"
-        )
+        return f"{at}: duplicate id {shown(row_id)} (first at {first}); ids must be unique"
     return (
-        f"{path}:{line}: id {shown(row_id)} and id {shown(first_id)} (line {first}) have the "
-        f"same file name {safe_name(row_id)!r}; rename one of them"
+        f"{at}: id {shown(row_id)} and id {shown(first_id)} ({first}) have the same file "
+        f"name {safe_name(row_id)!r}; rename one of them"
     )
+
+
+def _decoded(payload: Payload) -> object:
+    """A reader's payload as the row object: JSONL text decoded, a reader's error raised."""
+    if isinstance(payload, _RowError):
+        raise payload
+    return json.loads(payload) if isinstance(payload, str) else payload

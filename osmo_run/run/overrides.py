@@ -48,6 +48,8 @@ class SpecOverrides:
     isolation: str | None = None
     agent_sec: float | None = None
     grader_sec: float | None = None
+    dataset_format: str | None = None
+    """``--dataset-format``: ``dataset.format``."""
     harbor: HarborOverrides = field(default_factory=HarborOverrides)
 
     def top_level(self) -> dict[str, Any]:
@@ -84,6 +86,8 @@ def spec_with_overrides(spec_path: Path | None, overrides: SpecOverrides) -> Run
     data.update(_given(overrides.top_level()))
     timeouts = {"agent_sec": overrides.agent_sec, "grader_sec": overrides.grader_sec}
     data["timeouts"] = {**(data.get("timeouts") or {}), **_given(timeouts)}
+    dataset = {"format": overrides.dataset_format}
+    data["dataset"] = {**(data.get("dataset") or {}), **_given(dataset)}
     harbor = vars(overrides.harbor)
     data["harbor"] = {**(data.get("harbor") or {}), **_given(harbor)}
     try:

@@ -91,6 +91,7 @@ def _dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) ->
         limit=spec.limit,
         shard=spec.shard_tuple(),
         select=select,
+        fmt=spec.dataset.format,
     )
 
 
@@ -137,6 +138,8 @@ def build_manifest(
         "limit": spec.limit,
         "shard": spec.shard,
         "samples_per_row": spec.samples_per_row,
+        # only what is not the default: the run ids of JSONL runs stay what they were
+        **({} if dataset.format == "jsonl" else {"dataset_format": dataset.format}),
         # only when set: the run ids of runs without it stay what they were
         **({"grade_without_label": True} if spec.grade_without_label else {}),
         **backend_identity,

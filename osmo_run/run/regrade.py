@@ -51,6 +51,7 @@ def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
         grader_timeout_sec=timeouts.get("grader_sec"),
         limit=defining.get("limit"),
         shard=parse_shard(shard) if shard else None,
+        fmt=defining.get("dataset_format", "jsonl"),
     )
     if not dataset_path.is_file() or dataset.content_sha256() != defining.get("dataset_sha256"):
         raise InputError(

@@ -174,6 +174,15 @@ class HarborSpec(_Strict):
     trials_dir: Path | None = Field(default=None, description="Where trial directories go")
 
 
+class DatasetSpec(_Strict):
+    """How the dataset file is read: its format."""
+
+    format: Literal["auto", "jsonl", "csv", "parquet"] = Field(
+        default="auto",
+        description="auto: by extension (.csv, .parquet/.pq; anything else is JSONL)",
+    )
+
+
 def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
     """Let editors accept ``llm: embedded`` besides the mapping."""
     shorthand = {"const": "embedded", "description": f"The bundled {EMBEDDED_MODEL} (see embedded)"}
@@ -229,6 +238,9 @@ class RunSpec(_Strict):
         description="local: process runs each row in a child process killed at its deadline",
     )
     harbor: HarborSpec = Field(default_factory=HarborSpec)
+    dataset: DatasetSpec = Field(
+        default_factory=DatasetSpec, description="How the dataset is read (format)"
+    )
 
     @field_validator("llm", "judge", mode="before")
     @classmethod

@@ -119,19 +119,27 @@ def problems_beyond_fields(
 
 
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
-    dataset = Dataset(dataset_path, limit=spec.limit if spec else None)
+    dataset = Dataset(
+        dataset_path,
+        limit=spec.limit if spec else None,
+        fmt=spec.dataset.format if spec else None,
+    )
     count = 0
     problems: list[str] = []
     # every id's safe name, clashes included: a run stops at the first
     seen: dict[str, tuple[str, int]] = {}
+    unit = "line" if dataset.format == "jsonl" else "row"
     try:
+        dataset.check_columns()
         for row in dataset.rows():
             count += 1
             name = safe_name(row.row_id)
             if row.error is not None:
                 problems.append(row.error)
             elif name in seen:
-                problems.append(id_clash(dataset_path, row.row_id, row.line, *seen[name]))
+                first_id, first = seen[name]
+                at = dataset.where(row.line)
+                problems.append(id_clash(at, row.row_id, first_id, f"{unit} {first}"))
             else:
                 seen[name] = (row.row_id, row.line)
     except OsmoRunError as exc:

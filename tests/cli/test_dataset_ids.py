@@ -101,3 +101,49 @@ def test_a_row_with_neither_prompt_nor_metadata_stops_the_run_naming_its_line(
     first = error_lines(proc.stderr)[0]
     assert first.startswith(f"error: {data}:2: row has no prompt and no metadata: give")
     assert not output.exists()
+
+
+def test_csv_and_parquet_datasets_run_like_jsonl(cli: CLI, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    csv_path = tmp_path / "data.csv"
+    csv_path.write_text('id,prompt,label\na/1,"hi, there",hi\nb,"two\nlines",lines\n')
+    rows = [{"id": "a/1", "prompt": "hi, there", "label": "hi"}]
+    rows.append({"id": "b", "prompt": "two\nlines", "label": "lines"})
+    parquet_path = tmp_path / "data.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet_path)
+    scripted = ("--workflow", "tests.workflows:EchoWorkflow")
+    scripted += ("--grader", "tests.workflows:ScriptedGrader")
+    results = {}
+    for path in (csv_path, parquet_path):
+        output = tmp_path / path.suffix[1:] / "results.jsonl"
+        proc = cli.local(path, *scripted, "-o", output)
+        assert proc.returncode == 0, proc.stderr
+        results[path.suffix] = sorted(
+            (r["row_id"], r["line"], r["reward"]) for r in read_jsonl(output)
+        )
+    assert results[".csv"] == results[".parquet"] == [("a/1", 1, 1.0), ("b", 2, 1.0)]
+
+
+def test_dataset_format_flag_overrides_the_extension(cli: CLI, tmp_path: Path) -> None:
+    data = tmp_path / "export.txt"
+    data.write_text("id,prompt\nq,hi\n")
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(data, "--workflow", "tests.workflows:EchoWorkflow", "-o", output)
+    assert proc.returncode == 2  # read as JSONL by default
+    assert error_lines(proc.stderr)[0].startswith(f"error: {data}:1: not valid JSON")
+    workflow = ("--workflow", "tests.workflows:EchoWorkflow")
+    proc = cli.local(data, *workflow, "--dataset-format", "csv", "-o", output)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["row_id"] for r in read_jsonl(output)] == ["q"]
+
+
+def test_a_file_that_is_not_parquet_stops_the_run_in_one_line(cli: CLI, tmp_path: Path) -> None:
+    data = tmp_path / "data.parquet"
+    data.write_text("id,prompt\nq,hi\n")
+    proc = cli.local(data, "--workflow", "tests.workflows:EchoWorkflow", "-o", tmp_path / "o.jsonl")
+    assert proc.returncode == 2
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith(f"error: {data}: not a Parquet file (")
+    assert not (tmp_path / "o.jsonl").exists()
