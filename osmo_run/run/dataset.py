@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from osmo_run.errors import DatasetError
+from osmo_run.run.columns import ColumnMap
 from osmo_run.run.readers import (
     DatasetFormat,
     Payload,
@@ -52,7 +53,8 @@ class Dataset:
     """A dataset file (JSONL, CSV or Parquet; :mod:`osmo_run.run.readers`) read lazily, as
     often as needed (validation pass, then the run).
 
-    ``fmt`` is ``jsonl``, ``csv`` or ``parquet`` (``None``/``auto``: by extension).
+    ``fmt`` is ``jsonl``, ``csv`` or ``parquet`` (``None``/``auto``: by extension);
+    ``columns`` maps the file's columns to the row's roles.
     ``limit`` keeps the first N rows. Timeouts are copied into every request.
     """
 
@@ -66,8 +68,11 @@ class Dataset:
         shard: tuple[int, int] | None = None,
         select: frozenset[int] | None = None,
         fmt: str | None = None,
+        columns: ColumnMap | None = None,
     ) -> None:
         self.path = path
+        self.columns = columns or ColumnMap()
+        """Which column plays each role (:mod:`osmo_run.run.columns`)."""
         self.format: DatasetFormat = choose_format(path, fmt)
         self._agent_timeout_sec = agent_timeout_sec
         self._grader_timeout_sec = grader_timeout_sec
@@ -111,7 +116,7 @@ class Dataset:
         for index, number, payload in self._selected_lines(whole_selection):
             obj: object = None
             try:
-                obj = _decoded(payload)
+                obj = self.columns.apply(_decoded(payload))
                 request = parse_row(obj, number, self._agent_timeout_sec, self._grader_timeout_sec)
                 explicit = isinstance(obj, dict) and "id" in obj
                 yield DatasetRow(index, number, request.id, request, explicit_id=explicit)
@@ -192,8 +197,15 @@ class Dataset:
         """Refuse a file whose columns (a CSV header, a Parquet schema) cannot be read as
         rows: a CSV whose first line names none of the columns read is data, not a header."""
         names = columns(self.path, self.format)
-        if names is not None and self.format == "csv":
-            check_csv_header(self.path, names, frozenset())
+        if names is None:
+            return
+        if not self.columns.is_empty():
+            try:
+                self.columns.check_columns(str(self.path), names)
+            except _RowError as exc:
+                raise DatasetError(str(exc)) from None
+        elif self.format == "csv":
+            check_csv_header(self.path, names)
 
     def _ids(self, bad_lines: set[int]) -> Iterator[tuple[int, int, str, bool]]:
         """``(index, line, id, explicit)`` of each selected row but ``bad_lines``, reading no
@@ -202,7 +214,7 @@ class Dataset:
             if number in bad_lines:
                 continue
             try:
-                obj = _decoded(payload)
+                obj = self.columns.apply(_decoded(payload))
                 if not isinstance(obj, dict):
                     continue
                 explicit = "id" in obj

@@ -92,6 +92,7 @@ def _dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) ->
         shard=spec.shard_tuple(),
         select=select,
         fmt=spec.dataset.format,
+        columns=spec.dataset.column_map(),
     )
 
 
@@ -140,6 +141,7 @@ def build_manifest(
         "samples_per_row": spec.samples_per_row,
         # only what is not the default: the run ids of JSONL runs stay what they were
         **({} if dataset.format == "jsonl" else {"dataset_format": dataset.format}),
+        **({} if dataset.columns.is_empty() else {"dataset_columns": _columns(dataset)}),
         # only when set: the run ids of runs without it stay what they were
         **({"grade_without_label": True} if spec.grade_without_label else {}),
         **backend_identity,
@@ -156,6 +158,11 @@ def build_manifest(
         **settings.info,
     }
     return Manifest(defining=defining, info=info, dataset_name=settings.dataset.stem)
+
+
+def _columns(dataset: Dataset) -> dict[str, Any]:
+    """The column mapping as the manifest records it (and regrade reads it back)."""
+    return {k: v for k, v in dataclasses.asdict(dataset.columns).items() if v is not None}
 
 
 def with_model_server(

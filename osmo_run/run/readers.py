@@ -163,17 +163,16 @@ def _csv_header(path: Path, reader: Any) -> list[str]:
     return names
 
 
-def check_csv_header(path: Path, names: list[str], mapped: frozenset[str]) -> None:
-    """Refuse a header that names no column osmo-run would read (``mapped``: the spec's
-    column mapping, else the standard columns): most likely the file has no header and
-    its first row would be read as one."""
-    wanted = mapped or KNOWN_COLUMNS
-    if not wanted & set(names):
+def check_csv_header(path: Path, names: list[str]) -> None:
+    """Refuse a header that names none of the standard columns (without a column mapping,
+    which is checked by name instead): most likely the file has no header and its first
+    row would be read as one."""
+    if not KNOWN_COLUMNS & set(names):
         got = ", ".join(repr(name) for name in names[:6])
         raise DatasetError(
             f"{path}:1: the first line should be a header naming the columns, but it names "
-            f"none that osmo-run reads ({', '.join(sorted(wanted))}); it has {got}: add a "
-            "header line, or map the columns in the spec's dataset section"
+            f"none that osmo-run reads ({', '.join(sorted(KNOWN_COLUMNS))}); it has {got}: "
+            "add a header line, or map the columns in the spec's dataset section"
         )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
+from osmo_run.run.columns import column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import Manifest, write_manifest
 from osmo_run.run.output import OutputWriter
@@ -52,6 +53,7 @@ def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
         limit=defining.get("limit"),
         shard=parse_shard(shard) if shard else None,
         fmt=defining.get("dataset_format", "jsonl"),
+        columns=column_map(None, **(defining.get("dataset_columns") or {})),
     )
     if not dataset_path.is_file() or dataset.content_sha256() != defining.get("dataset_sha256"):
         raise InputError(

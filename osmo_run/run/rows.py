@@ -108,8 +108,9 @@ def shown(value: Any) -> str:
     return repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
 
 
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
+def metadata_object(metadata: object) -> dict[str, Any]:
+    """A ``metadata`` column's value as a dict: an object, a JSON string of one, or nothing
+    (``None``, ``""``: ``{}``). Raises :class:`RowError` for anything else."""
     if isinstance(metadata, str) and metadata.strip():
         try:
             metadata = json.loads(metadata)
@@ -119,6 +120,11 @@ def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
         metadata = {}
     if not isinstance(metadata, dict):
         raise RowError(f"'metadata' must be an object, got {type(metadata).__name__}")
+    return metadata
+
+
+def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    metadata = metadata_object(obj.get("metadata"))
     extra = {k: v for k, v in obj.items() if k not in KNOWN_COLUMNS}
     for key, value in extra.items():
         if key in metadata and metadata[key] != value:

@@ -21,6 +21,7 @@ from osmo_run.graders.base import SettingsGrader
 from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
 from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
+from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
@@ -175,12 +176,46 @@ class HarborSpec(_Strict):
 
 
 class DatasetSpec(_Strict):
-    """How the dataset file is read: its format."""
+    """How the dataset file is read: its format, and which column plays each role (a
+    dotted path reaches into nested columns); see :mod:`osmo_run.run.columns`."""
 
     format: Literal["auto", "jsonl", "csv", "parquet"] = Field(
         default="auto",
         description="auto: by extension (.csv, .parquet/.pq; anything else is JSONL)",
     )
+    preset: Literal["verl"] | None = Field(
+        default=None,
+        description="A named mapping; verl: prompt, label reward_model.ground_truth",
+    )
+    id: str | None = Field(default=None, description="Column of the row id", min_length=1)
+    prompt: str | None = Field(
+        default=None, description="Column of the prompt (text or messages)", min_length=1
+    )
+    system_prompt: str | None = Field(
+        default=None, description="Column of a system message (with a text prompt)", min_length=1
+    )
+    label: str | None = Field(default=None, description="Column of the label", min_length=1)
+    metadata: list[str] | None = Field(
+        default=None, description="Columns making up the metadata (default: all others)"
+    )
+
+    @field_validator("metadata")
+    @classmethod
+    def _column_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not all(value):
+            raise ValueError("column names must not be empty")
+        return value
+
+    def column_map(self) -> ColumnMap:
+        """The mapping these fields (over the preset's) give; empty when none is set."""
+        return column_map(
+            self.preset,
+            id=self.id,
+            prompt=self.prompt,
+            system_prompt=self.system_prompt,
+            label=self.label,
+            metadata=self.metadata,
+        )
 
 
 def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
@@ -239,7 +274,9 @@ class RunSpec(_Strict):
     )
     harbor: HarborSpec = Field(default_factory=HarborSpec)
     dataset: DatasetSpec = Field(
-        default_factory=DatasetSpec, description="How the dataset is read (format)"
+        default_factory=DatasetSpec,
+        description="How the dataset is read: format, and the columns of id, prompt, label, "
+        "metadata",
     )
 
     @field_validator("llm", "judge", mode="before")

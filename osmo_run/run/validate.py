@@ -123,6 +123,7 @@ def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation)
         dataset_path,
         limit=spec.limit if spec else None,
         fmt=spec.dataset.format if spec else None,
+        columns=spec.dataset.column_map() if spec else None,
     )
     count = 0
     problems: list[str] = []

@@ -147,3 +147,87 @@ def test_a_file_that_is_not_parquet_stops_the_run_in_one_line(cli: CLI, tmp_path
     (line,) = error_lines(proc.stderr)
     assert line.startswith(f"error: {data}: not a Parquet file (")
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def _spec(tmp_path: Path, dataset: str) -> Path:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:EchoWorkflow\n"
+        "grader: tests.workflows:ScriptedGrader\n"
+        f"dataset: {dataset}\n"
+    )
+    return spec
+
+
+def test_a_spec_maps_the_columns_of_a_dataset_written_for_another_tool(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl(
+        [
+            {"uid": "q/1", "question": "hi", "answer": "hi", "source": "a", "difficulty": 1},
+            {"uid": "q/2", "question": "yo", "answer": "no", "source": "b", "difficulty": 2},
+        ]
+    )
+    mapping = "{id: uid, prompt: question, label: answer, metadata: [source, difficulty]}"
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(data, "-s", _spec(tmp_path, mapping), "-o", output)
+    assert proc.returncode == 0, proc.stderr  # a wrong answer is a reward of 0, no failure
+    records = {r["row_id"]: r for r in read_jsonl(output)}
+    assert (records["q/1"]["reward"], records["q/2"]["reward"]) == (1.0, 0.0)
+    assert records["q/1"]["info"]["metadata"] == ["difficulty", "source"]
+    manifest = (tmp_path / "out.manifest.json").read_text()
+    assert '"dataset_columns"' in manifest and '"uid"' in manifest
+
+
+def test_a_mapping_naming_a_missing_column_stops_the_run_listing_the_columns(
+    cli: CLI, tmp_path: Path
+) -> None:
+    data = tmp_path / "data.csv"
+    data.write_text("uid,question,answer\n1,hi,hi\n")
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(
+        data, "-s", _spec(tmp_path, "{prompt: question, label: solution}"), "-o", output
+    )
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [
+        f"error: {data}: the spec's dataset.label names column 'solution', which the file "
+        "does not have; its columns are 'uid', 'question', 'answer'"
+    ]
+    assert not output.exists()
+
+
+def test_the_verl_preset_runs_a_verl_parquet_file(cli: CLI, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [
+        {
+            "data_source": "gsm8k",
+            "prompt": [{"role": "user", "content": f"{i}"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": f"{i}"},
+            "extra_info": {"index": i},
+        }
+        for i in range(3)
+    ]
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(data, "-s", _spec(tmp_path, "{preset: verl}"), "-o", output)
+    assert proc.returncode == 0, proc.stderr
+    records = read_jsonl(output)
+    assert [r["reward"] for r in records] == [1.0, 1.0, 1.0]
+    assert records[0]["info"]["metadata"] == [
+        "ability",
+        "data_source",
+        "extra_info",
+        "reward_model",
+    ]
+
+
+def test_an_unknown_dataset_field_in_the_spec_is_named(cli: CLI, tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "hi"}\n')
+    proc = cli.local(data, "-s", _spec(tmp_path, "{promt: question}"), "-o", tmp_path / "o.jsonl")
+    assert proc.returncode == 2
+    assert "field 'dataset.promt': unknown field; did you mean 'prompt'?" in proc.stderr
