@@ -157,7 +157,7 @@ def harbor(
         keep_trials=keep_trials,
         trials_dir=trials_dir,
     )
-    spec = load_run_spec(run, harbor=overrides)
+    spec = load_run_spec(run, harbor=overrides, seed=ci.seed)
     task = spec.harbor
     if task.task_dir is None and task.tasks_root is None:
         raise InputError("give --task-dir DIR (or harbor.task_dir in the spec)")

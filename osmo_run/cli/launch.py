@@ -23,10 +23,13 @@ if TYPE_CHECKING:
 
 
 def load_run_spec(
-    run: RunFlags, isolation: str | None = None, harbor: HarborOverrides | None = None
+    run: RunFlags,
+    isolation: str | None = None,
+    harbor: HarborOverrides | None = None,
+    seed: int | None = None,
 ) -> RunSpec:
     """The spec ``--spec`` names (or an empty one) with the flags that set its fields laid
-    over it; puts its code dir first on ``sys.path``. Raises
+    over it (``seed``: the CI group's ``--seed``); puts its code dir first on ``sys.path``. Raises
     :class:`~osmo_run.errors.SpecError` naming every invalid field."""
     from osmo_run.errors import SpecError
     from osmo_run.run.overrides import HarborOverrides, SpecOverrides, spec_with_overrides
@@ -43,6 +46,9 @@ def load_run_spec(
         bad_rows=run.bad_rows,
         samples_per_row=run.samples,
         shard=run.shard,
+        rows=run.rows,
+        shuffle=run.shuffle,
+        seed=seed,
         isolation=isolation,
         agent_sec=run.agent_timeout,
         grader_sec=run.grader_timeout,
@@ -109,7 +115,7 @@ def run_settings(
         summary_md=ci.summary_md,
         json_summary=ci.json_summary,
         smoke_rows=ci.smoke_rows if ci.smoke else None,
-        seed=ci.seed,
+        seed=spec.seed,
         fail_fast=ci.fail_fast,
     )
 

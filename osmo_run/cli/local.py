@@ -32,7 +32,7 @@ def local(
     """Run every row in this process (LocalBackend): the shortest debugging loop."""
     from osmo_run.backends.local import LocalBackend
 
-    spec = load_run_spec(run, isolation=isolation)
+    spec = load_run_spec(run, isolation=isolation, seed=ci.seed)
     settings = run_settings(
         dataset, spec, run, ci, backend_name="local", description=f"osmo-run local {dataset}"
     )

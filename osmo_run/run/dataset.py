@@ -30,6 +30,7 @@ from osmo_run.run.readers import (
 from osmo_run.run.rows import RowError as _RowError
 from osmo_run.run.rows import check_id, parse_row, shown
 from osmo_run.run.seen import SeenHashes
+from osmo_run.run.selection import RowRanges
 from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import ExecutionRequest
 
@@ -55,7 +56,9 @@ class Dataset:
 
     ``fmt`` is ``jsonl``, ``csv`` or ``parquet`` (``None``/``auto``: by extension);
     ``columns`` maps the file's columns to the row's roles.
-    ``limit`` keeps the first N rows. Timeouts are copied into every request.
+    ``limit`` keeps the first N rows; ``row_ranges``, ``pick``, ``shard`` and ``select``
+    narrow the selection as :mod:`osmo_run.run.selection` says. Timeouts are copied into
+    every request.
     """
 
     def __init__(
@@ -69,6 +72,8 @@ class Dataset:
         select: frozenset[int] | None = None,
         fmt: str | None = None,
         columns: ColumnMap | None = None,
+        row_ranges: RowRanges | None = None,
+        pick: frozenset[int] | None = None,
     ) -> None:
         self.path = path
         self.columns = columns or ColumnMap()
@@ -80,6 +85,11 @@ class Dataset:
         self._shard = shard
         self.select = select
         """Row indexes to keep (a smoke subset); ``None`` keeps every row."""
+        self.row_ranges = row_ranges
+        """``--rows``: the row indexes to keep; ``None`` keeps every row."""
+        self.pick = pick
+        """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
+        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
         self._unit = "line" if self.format == "jsonl" else "row"
 
     def where(self, number: int) -> str:
@@ -95,17 +105,42 @@ class Dataset:
         return digest.hexdigest()
 
     def _selected_lines(self, whole_selection: bool = False) -> Iterator[tuple[int, int, Payload]]:
-        """``(index, number, payload)`` of every selected row (see :meth:`rows`)."""
-        lines = read(self.path, self.format)
+        """``(index, number, payload)`` of every selected row (see :meth:`rows` and
+        :mod:`osmo_run.run.selection`)."""
         shard = None if whole_selection else self._shard
-        for index, (number, text) in enumerate(lines):
-            if self._limit is not None and index >= self._limit:
+        ranges, pick = self.row_ranges, self.pick
+        eligible = kept = -1
+        for index, (number, payload) in enumerate(read(self.path, self.format)):
+            if ranges is not None:
+                if index > ranges.last:
+                    return
+                if index not in ranges:
+                    continue
+            eligible += 1
+            if pick is not None:
+                if eligible not in pick:
+                    continue
+            elif self._limit is not None and eligible >= self._limit:
                 return
-            if shard is not None and index % shard[1] != shard[0] - 1:
+            kept += 1
+            if pick is not None and kept == len(pick) - 1:
+                ranges = RowRanges(((index, index),))  # the last one drawn: read no further
+            if shard is not None and kept % shard[1] != shard[0] - 1:
                 continue
             if self.select is not None and not whole_selection and index not in self.select:
                 continue
-            yield index, number, text
+            yield index, number, payload
+
+    def eligible_rows(self) -> int:
+        """How many rows ``row_ranges`` keeps (all rows without it), before ``limit``,
+        ``pick`` and ``shard``: what ``--shuffle`` draws from. Reads no row's content."""
+        ranges = self.row_ranges
+        count = 0
+        for index, _ in enumerate(read(self.path, self.format)):
+            if ranges is not None and index > ranges.last:
+                break
+            count += ranges is None or index in ranges
+        return count
 
     def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
         """Yield every selected row, bad ones with ``error`` set, in file order.
@@ -177,6 +212,7 @@ class Dataset:
             if name.isascii() and name.isdigit():  # the name is the id: like a line number's
                 numeric_ids = numeric_ids or SeenHashes(expected)
                 numeric_ids.add(int(name))
+        self._check_ranges()
         if count == 0:
             if not self._selects_part() or next(self.rows(whole_selection=True), None) is None:
                 raise DatasetError(f"{self.path}: the dataset has no rows")
@@ -225,6 +261,19 @@ class Dataset:
     def _selects_part(self) -> bool:
         """Whether a shard or a subset leaves rows of the file out."""
         return self._shard is not None or self.select is not None
+
+    def _check_ranges(self) -> None:
+        """Refuse ``--rows`` naming a row past the end of the file (a typo, or the wrong
+        file): running fewer rows than asked for would pass unnoticed."""
+        if self.row_ranges is None:
+            return
+        total = sum(1 for _ in read(self.path, self.format))
+        if self.row_ranges.last >= total:
+            where = f"indexes 0-{total - 1}" if total else "none"
+            raise DatasetError(
+                f"{self.path}: --rows {self.row_ranges} names row {self.row_ranges.last}, but "
+                f"the file has {total} rows ({where}; rows are counted from 0)"
+            )
 
     def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
         first: dict[str, tuple[str, int]] = {}

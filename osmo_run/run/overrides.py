@@ -45,6 +45,9 @@ class SpecOverrides:
     bad_rows: str | None = None
     samples_per_row: int | None = None
     shard: str | None = None
+    rows: str | None = None
+    shuffle: bool | None = None
+    seed: int | None = None
     isolation: str | None = None
     agent_sec: float | None = None
     grader_sec: float | None = None
@@ -63,6 +66,9 @@ class SpecOverrides:
             "bad_rows": self.bad_rows,
             "samples_per_row": self.samples_per_row,
             "shard": self.shard,
+            "rows": self.rows,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
             "isolation": self.isolation,
         }
 

@@ -26,9 +26,11 @@ from osmo_run.run.columns import column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import Manifest, write_manifest
 from osmo_run.run.output import OutputWriter
+from osmo_run.run.plan import with_shuffle
 from osmo_run.run.records import record_dict, record_line, record_safe_name
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.selection import parse_rows
 from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
 from osmo_run.run.summary import RunSummary
 from osmo_run.sdk.config import GraderConfig
@@ -54,12 +56,16 @@ def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
         shard=parse_shard(shard) if shard else None,
         fmt=defining.get("dataset_format", "jsonl"),
         columns=column_map(None, **(defining.get("dataset_columns") or {})),
+        row_ranges=parse_rows(selection) if (selection := defining.get("row_selection")) else None,
     )
     if not dataset_path.is_file() or dataset.content_sha256() != defining.get("dataset_sha256"):
         raise InputError(
             f"{dataset_path}: the run's dataset is missing or changed since the run; "
             "regrade needs the same rows (their labels)"
         )
+    shuffled = defining.get("shuffle_seed")
+    if shuffled is not None:  # the same draw: same seed, same rows to draw from
+        dataset = with_shuffle(dataset, defining.get("limit"), int(shuffled))
     requests = {row.index: row.request for row in dataset.rows() if row.request is not None}
     return requests, manifest
 

@@ -23,6 +23,7 @@ from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
 from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
+from osmo_run.run.selection import RowRanges, parse_rows
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import resolve_class
@@ -256,6 +257,15 @@ class RunSpec(_Strict):
     shard: str | None = Field(
         default=None, description="K/N: run only rows whose index is K-1 modulo N"
     )
+    rows: str | None = Field(
+        default=None,
+        description="Row indexes to run, from 0, e.g. '3,7,10-20' (ranges inclusive)",
+    )
+    shuffle: bool = Field(
+        default=False,
+        description="Draw the limit rows at random (seeded by seed) instead of the first ones",
+    )
+    seed: int = Field(default=0, description="Seed of shuffle and of --smoke's subset")
     samples_per_row: int = Field(default=1, ge=1, description="Rollouts per row (for pass@k)")
     pass_threshold: float = Field(
         default=1.0,
@@ -294,6 +304,23 @@ class RunSpec(_Strict):
         if value is not None:
             parse_shard(value)
         return value
+
+    @field_validator("rows")
+    @classmethod
+    def _rows(cls, value: str | None) -> str | None:
+        return None if value is None else str(parse_rows(value))
+
+    @model_validator(mode="after")
+    def _shuffle_needs_limit(self) -> RunSpec:
+        if self.shuffle and self.limit is None:
+            raise ValueError(
+                "shuffle draws a random subset of limit rows (rows run in file order): "
+                "give limit (--limit N) too"
+            )
+        return self
+
+    def row_ranges(self) -> RowRanges | None:
+        return None if self.rows is None else parse_rows(self.rows)
 
     def shard_tuple(self) -> tuple[int, int] | None:
         return None if self.shard is None else parse_shard(self.shard)
