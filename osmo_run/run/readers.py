@@ -133,6 +133,9 @@ def _decode_line(number: int, raw: bytes) -> str | RowError:
 
 # ---------------------------------------------------------------------------- CSV
 
+_CSV_FIELD_LIMIT = 1 << 28
+"""The longest CSV field read (256 MiB): the csv module's default, 128 KiB, refuses a 1 MB
+prompt. The limit is the module's, process-wide; it is only ever raised."""
 _JSON_CSV_COLUMNS = frozenset({"messages"})
 """CSV cells that hold JSON (a message list); ``metadata`` is decoded by the row checks."""
 
@@ -140,6 +143,8 @@ _JSON_CSV_COLUMNS = frozenset({"messages"})
 def _csv_text(path: Path) -> Generator[str, None, None]:
     """The file's lines as text; bytes that are not UTF-8 become lone surrogates, so one
     bad row is that row's error, not the end of the file."""
+    if csv.field_size_limit() < _CSV_FIELD_LIMIT:
+        csv.field_size_limit(_CSV_FIELD_LIMIT)
     with open(path, "rb") as handle:
         first = True
         for raw in handle:
