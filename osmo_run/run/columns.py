@@ -59,6 +59,17 @@ class ColumnMap:
         named = [(role, getattr(self, role)) for role in _ROLES if getattr(self, role)]
         return named + [("metadata", path) for path in self.metadata or ()]
 
+    def role_columns(self) -> dict[str, str]:
+        """Role -> the top-level column that plays it whole: the mapped ones, and the
+        standard column of each role the mapping leaves alone (``prompt`` for prompt)."""
+        named = {role: getattr(self, role) for role in _ROLES if getattr(self, role)}
+        roles = {role: path for role, path in named.items() if "." not in path}
+        for column in ("id", "prompt", "messages", "user_prompt", "system_prompt"):
+            role = "prompt" if column in ("messages", "user_prompt") else column
+            if role not in named:
+                roles.setdefault(column, column)
+        return roles
+
     def check_columns(self, where: str, names: list[str]) -> None:
         """Refuse a mapping naming a column the file's header or schema ``names`` lacks.
 

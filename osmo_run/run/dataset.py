@@ -21,6 +21,7 @@ from osmo_run.run.readers import (
     DatasetFormat,
     Payload,
     check_csv_header,
+    check_parquet_types,
     choose_format,
     columns,
     read,
@@ -242,6 +243,8 @@ class Dataset:
                 raise DatasetError(str(exc)) from None
         elif self.format == "csv":
             check_csv_header(self.path, names)
+        if self.format == "parquet":
+            check_parquet_types(self.path, self.columns.role_columns())
 
     def _ids(self, bad_lines: set[int]) -> Iterator[tuple[int, int, str, bool]]:
         """``(index, line, id, explicit)`` of each selected row but ``bad_lines``, reading no

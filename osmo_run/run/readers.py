@@ -249,6 +249,44 @@ def _parquet_file(path: Path) -> Any:
         ) from None
 
 
+_PARQUET_KINDS = {
+    "id": ("text or integers", ("string", "integer")),
+    "prompt": ("text or a list of messages", ("string", "list")),
+    "messages": ("a list of messages", ("list",)),
+    "user_prompt": ("text", ("string",)),
+    "system_prompt": ("text", ("string",)),
+}
+"""What each role's column must hold, and the Arrow type families that can hold it."""
+
+
+def _family(arrow_type: Any) -> str:
+    import pyarrow.types as t
+
+    if t.is_string(arrow_type) or t.is_large_string(arrow_type) or t.is_null(arrow_type):
+        return "string"  # a column of nulls: every row is checked on its own
+    if t.is_integer(arrow_type):
+        return "integer"
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type):
+        return "list"
+    return str(arrow_type)
+
+
+def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
+    """Refuse a Parquet file whose column for a role (``roles``: role -> column name) has
+    a type no row of it can be valid in: every row would fail the same way."""
+    schema = _parquet_file(path).schema_arrow
+    for role, column in roles.items():
+        if role not in _PARQUET_KINDS or column not in schema.names:
+            continue
+        what, families = _PARQUET_KINDS[role]
+        arrow_type = schema.field(column).type
+        if _family(arrow_type) not in families:
+            raise DatasetError(
+                f"{path}: column {column!r} is {arrow_type} in the Parquet schema, but the "
+                f"{role} must be {what}: convert the column, or map another one"
+            )
+
+
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
     import pyarrow as pa
 

@@ -164,11 +164,18 @@ def test_parquet_rows_with_nested_columns_become_requests(tmp_path: Path) -> Non
     assert Dataset(path, limit=10).validate(stop_on_error=True) == (10, [])
 
 
-def test_a_parquet_column_of_the_wrong_type_names_the_row(tmp_path: Path) -> None:
+def test_a_parquet_column_of_the_wrong_type_is_refused_naming_it(tmp_path: Path) -> None:
     path = _parquet(tmp_path, [{"id": "a", "prompt": 3}, {"id": "b", "prompt": 4}])
-    assert _refused(path) == f"{path}:row 1: 'prompt' must be a list of messages or a string"
+    assert _refused(path) == (
+        f"{path}: column 'prompt' is int64 in the Parquet schema, but the prompt must be text "
+        "or a list of messages: convert the column, or map another one"
+    )
     path = _parquet(tmp_path, [{"id": 1.5, "prompt": "x"}], name="float-id.parquet")
-    assert "row 1: 'id' must be a non-empty string or an integer, got float" in _refused(path)
+    assert "column 'id' is double in the Parquet schema" in _refused(path)
+    # a value of a valid type can still be wrong: that row alone is bad
+    rows = [{"prompt": [{"content": "x"}]}, {"prompt": [{"role": "user", "content": "y"}]}]
+    path = _parquet(tmp_path, rows, name="r.parquet")
+    assert _refused(path) == f"{path}:row 1: 'prompt[0]' has no string 'role'"
 
 
 def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
