@@ -239,7 +239,7 @@ def _parquet_file(path: Path) -> Any:
     if path.is_dir():
         raise IsADirectoryError(path)
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False)  # no read-ahead of whole row groups
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         if isinstance(exc, FileNotFoundError | PermissionError):
             raise
@@ -293,7 +293,8 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
     parquet = _parquet_file(path)
     number = 0
     try:
-        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS):
+        # one thread: no per-thread arenas, ~15 MiB less at 1M rows; the run is the work
+        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, use_threads=False):
             for row in batch.to_pylist():
                 number += 1
                 yield number, row
