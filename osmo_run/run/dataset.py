@@ -92,6 +92,7 @@ class Dataset:
         """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
         ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
         self._unit = "line" if self.format == "jsonl" else "row"
+        self._total: int | None = None
 
     def where(self, number: int) -> str:
         """The position of the row at ``number`` for messages (``file:line``, ``file:row N``)."""
@@ -132,16 +133,23 @@ class Dataset:
                 continue
             yield index, number, payload
 
+    def total_rows(self) -> int:
+        """How many rows the file has (blank JSONL lines not counted), without parsing one:
+        Parquet's metadata, else one pass of the reader."""
+        if self._total is None:
+            if self.format == "parquet":
+                self._total = max(0, row_count_bound(self.path, self.format) - 1)
+            else:
+                self._total = sum(1 for _ in read(self.path, self.format))
+        return self._total
+
     def eligible_rows(self) -> int:
         """How many rows ``row_ranges`` keeps (all rows without it), before ``limit``,
-        ``pick`` and ``shard``: what ``--shuffle`` draws from. Reads no row's content."""
-        ranges = self.row_ranges
-        count = 0
-        for index, _ in enumerate(read(self.path, self.format)):
-            if ranges is not None and index > ranges.last:
-                break
-            count += ranges is None or index in ranges
-        return count
+        ``pick`` and ``shard``: what ``--shuffle`` draws from."""
+        total = self.total_rows()
+        if self.row_ranges is None:
+            return total
+        return sum(max(0, min(high, total - 1) - low + 1) for low, high in self.row_ranges.ranges)
 
     def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
         """Yield every selected row, bad ones with ``error`` set, in file order.
@@ -270,7 +278,7 @@ class Dataset:
         file): running fewer rows than asked for would pass unnoticed."""
         if self.row_ranges is None:
             return
-        total = sum(1 for _ in read(self.path, self.format))
+        total = self.total_rows()
         if self.row_ranges.last >= total:
             where = f"indexes 0-{total - 1}" if total else "none"
             raise DatasetError(

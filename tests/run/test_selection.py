@@ -79,3 +79,22 @@ def test_shuffle_draws_a_reproducible_subset_that_depends_on_the_seed(
     within = drawn(3, row_ranges=parse_rows("50-99"))
     assert len(within) == 10 and all(i >= 50 for i in within)
     assert shuffled_pick(5, 10, 0) == frozenset(range(5))  # a limit past the rows: all
+
+
+def test_selection_works_alike_on_parquet_and_csv(tmp_path: Path, write_jsonl: WriteJsonl) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": f"r{i}", "prompt": f"{i}"} for i in range(40)]
+    jsonl = write_jsonl(rows)
+    parquet = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet, row_group_size=7)
+    csv_path = tmp_path / "d.csv"
+    csv_path.write_text("id,prompt\n" + "".join(f"r{i},{i}\n" for i in range(40)))
+    drawn = {}
+    for path in (jsonl, parquet, csv_path):
+        dataset = Dataset(path, row_ranges=parse_rows("5-30"), shard=(2, 3))
+        assert dataset.total_rows() == 40 and dataset.eligible_rows() == 26
+        drawn[path.suffix] = _indexes(with_shuffle(dataset, 9, seed=11))
+    assert drawn[".jsonl"] == drawn[".parquet"] == drawn[".csv"]
+    assert len(drawn[".csv"]) == 3 and all(5 <= i <= 30 for i in drawn[".csv"])
