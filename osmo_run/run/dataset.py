@@ -154,8 +154,10 @@ class Dataset:
     def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
         """Yield every selected row, bad ones with ``error`` set, in file order.
 
-        ``index`` counts rows within ``limit``; a shard ``(K, N)`` keeps the rows whose
-        index is ``K-1`` modulo ``N`` unless ``whole_selection``.
+        ``index`` is the row's place in the file (from 0: results' ``row_index``). A shard
+        ``(K, N)`` keeps every N-th row of the selection from the K-th (all rows selected:
+        those whose index is ``K-1`` modulo ``N``), and ``select`` its subset, unless
+        ``whole_selection``.
         """
         for index, number, payload in self._selected_lines(whole_selection):
             obj: object = None
