@@ -118,3 +118,30 @@ def test_a_selection_resumes_and_shards_split_it(
         parts.append(_ids(output))
     assert sorted(parts[0] + parts[1], key=lambda i: int(i[1:])) == chosen
     assert len(parts[0]) == len(parts[1]) == 4
+
+
+def test_regrade_finds_the_rows_of_a_mapped_csv_selection(cli: CLI, tmp_path: Path) -> None:
+    """A run of a CSV with a column mapping, --rows and --shuffle: regrade reads the same
+    rows, their labels through the same mapping, and grades every recorded rollout."""
+    data = tmp_path / "d.csv"
+    data.write_text("uid,q,a\n" + "".join(f"u/{i},hi{i},hi{i}\n" for i in range(30)))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:EchoWorkflow\ndataset: {id: uid, prompt: q, label: a}\n"
+    )
+    run_dir = tmp_path / "run"
+    selection = ("--rows", "5-25", "--shuffle", "--seed", "2", "--limit", "6")
+    proc = cli.local(data, "-s", spec, *selection, "-o", run_dir / "results.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    ran = _ids_of(run_dir / "results.jsonl")
+    assert len(ran) == 6
+    proc = cli("regrade", run_dir, "--grader", "tests.workflows:ScriptedGrader")
+    assert proc.returncode == 0, proc.stderr
+    (regraded,) = tmp_path.glob("run-regrade-*/results.jsonl")
+    rows = read_jsonl(regraded)
+    assert _ids_of(regraded) == ran
+    assert all(r["reward"] == 1.0 for r in rows)  # each label found: hi<i> in its answer
+
+
+def _ids_of(output: Path) -> list[str]:
+    return sorted(r["row_id"] for r in read_jsonl(output))
