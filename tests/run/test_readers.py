@@ -202,3 +202,20 @@ def test_a_truncated_parquet_file_is_refused(tmp_path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2] + data[-8:])  # footer kept, pages cut
     assert "not a Parquet file" in _refused(path) or "cannot be read" in _refused(path)
+
+
+def test_parquet_without_pyarrow_names_the_pip_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from osmo_run.errors import BackendUnavailable
+
+    path = _parquet(tmp_path, [{"prompt": "x"}])
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if the extra were not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(BackendUnavailable) as info:
+        Dataset(path).validate(stop_on_error=True)
+    assert str(info.value) == (
+        f"{path}: reading Parquet needs pyarrow: pip install 'osmo-run[parquet]'"
+    )
