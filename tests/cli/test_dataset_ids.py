@@ -231,3 +231,17 @@ def test_an_unknown_dataset_field_in_the_spec_is_named(cli: CLI, tmp_path: Path)
     proc = cli.local(data, "-s", _spec(tmp_path, "{promt: question}"), "-o", tmp_path / "o.jsonl")
     assert proc.returncode == 2
     assert "field 'dataset.promt': unknown field; did you mean 'prompt'?" in proc.stderr
+
+
+def test_process_isolation_names_artifacts_by_safe_names_too(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    ids = ["../../x", "a/b"]
+    data = write_jsonl([{"id": row_id, "prompt": "hi", "label": "x"} for row_id in ids])
+    output = tmp_path / "run" / "results.jsonl"
+    proc = cli.local(data, *ARTIFACTS, "--isolation", "process", "--samples", "2", "-o", output)
+    assert proc.returncode == 0, proc.stderr
+    records = read_jsonl(output)
+    assert all(r["reward"] == 1.0 for r in records)  # the grader's child found the note
+    names = {p.name for p in (output.parent / "artifacts").iterdir()}
+    assert names == {f"{safe_name(i)}~{k}" for i in ids for k in (0, 1)}
