@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example llm-example test check docker clean-venv
+.PHONY: example llm-example test check schema docker clean-venv
 
 # Every extra, for the tests. strands-agents wants mcp<2.2 and harbor's fastmcp mcp>=2.3 (for
 # an MCP server osmo-run never starts), so pip resolves them only in two steps; the second
@@ -34,6 +34,10 @@ check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# schema/run-spec.json, which the bundled configs point at (make test checks it is current)
+schema: $(STAMP)
+	$(VENV)/bin/osmo-run schema > schema/run-spec.json
 
 docker:
 	scripts/provision-docker.sh

@@ -8,7 +8,9 @@ Stdlib only: the SDK imports this module inside sandboxes.
     │   ├── DatasetError              the dataset (names file:line)
     │   ├── ImportPathError           a "module:attr" that does not resolve to what it must
     │   │   └── DependencyImportError the module exists, one of its own imports is missing
-    │   └── TaskDirError              a Harbor task directory that cannot be used
+    │   ├── TaskDirError              a Harbor task directory that cannot be used
+    │   ├── EnvFileError              an --env-file that cannot be read or parsed (names file:line)
+    │   └── ScaffoldError             osmo-run init's target exists or names no valid package
     ├── BackendUnavailable            an optional extra is missing (names the pip command): exit 2
     │   └── EmbeddedLLMUnavailable    `llm: embedded` without its server or model package
     ├── EnvironmentNotReady           a container engine or cloud credentials are missing: exit 2
@@ -80,6 +82,15 @@ class DependencyImportError(ImportPathError):
 
 class TaskDirError(InputError):
     """A Harbor task directory is missing required files."""
+
+
+class EnvFileError(InputError):
+    """An ``--env-file`` cannot be read, or a line of it is not ``KEY=VALUE``."""
+
+
+class ScaffoldError(InputError):
+    """``osmo-run init`` cannot create its project there (the directory is not empty, or its
+    name makes no Python package name)."""
 
 
 class BackendUnavailable(OsmoRunError):

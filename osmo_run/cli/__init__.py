@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Annotated
 
 import typer
 
 from osmo_run.cli.cleanup import cleanup
 from osmo_run.cli.harbor import harbor
+from osmo_run.cli.init import init
 from osmo_run.cli.local import local
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.cli.reports import regrade, report
@@ -23,10 +25,36 @@ app = typer.Typer(
     help="Run a JSONL dataset through an agent workflow and grader, "
     "in this process or in Harbor trials.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from osmo_run import __version__
+
+        typer.echo(f"osmo-run {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print osmo-run's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Run a JSONL dataset through an agent workflow and grader, in this process or in
+    Harbor trials."""
+
+
 app.command()(local)
 app.command()(harbor)
 app.command()(report)
@@ -34,6 +62,7 @@ app.command()(regrade)
 app.command()(validate)
 app.command()(cleanup)
 app.command()(view)
+app.command()(init)
 
 
 @app.command()

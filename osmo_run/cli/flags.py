@@ -18,6 +18,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from osmo_run.cli.options import EnvFileOption
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -35,33 +37,56 @@ class RunFlags:
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="Output JSONL [default: runs/<dataset>-<time>/results.jsonl]."
+            "--output",
+            "-o",
+            help="Output JSONL [default: the spec's output, else runs/<dataset>-<hash>/"
+            "results.jsonl, <hash> of what defines the results (workflow, grader, settings, "
+            "the dataset's content...): the same run finds the same directory].",
         ),
     ] = None
     overwrite: Annotated[
         bool, typer.Option(help="Replace an output file that already holds results.")
     ] = False
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", "-c", min=1, help="Rows in flight.")
+        int | None,
+        typer.Option(
+            "--concurrency",
+            "-c",
+            min=1,
+            help="Rows in flight [default: the spec's concurrency, else its "
+            "workflow_config.concurrency.max_concurrent, else 4].",
+        ),
     ] = None
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", min=1, help="Run only the first N rows.")
     ] = None
     agent_timeout: Annotated[
-        float | None, typer.Option(help="Workflow deadline per row, seconds.")
+        float | None,
+        typer.Option(
+            help="Workflow deadline per row, seconds [default: the spec's timeouts.agent_sec, "
+            "else 600]."
+        ),
     ] = None
     grader_timeout: Annotated[
-        float | None, typer.Option(help="Grader deadline per row, seconds.")
+        float | None,
+        typer.Option(
+            help="Grader deadline per row, seconds [default: the spec's timeouts.grader_sec, "
+            "else 120]."
+        ),
     ] = None
     bad_rows: Annotated[
         str | None,
         typer.Option(
-            help="stop (default): refuse a dataset with a bad line; record: record it, go on."
+            help="stop: refuse a dataset with a bad line; record: record it, go on "
+            "[default: the spec's bad_rows, else stop]."
         ),
     ] = None
     code_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory the workflow's package imports from [default: .]."),
+        typer.Option(
+            help="Directory the workflow's package imports from [default: the spec's "
+            "code_dir, else the working directory]."
+        ),
     ] = None
     display: Annotated[str, typer.Option(help="auto, live, plain or none.")] = "auto"
     resume: Annotated[
@@ -78,7 +103,12 @@ class RunFlags:
         ),
     ] = None
     samples: Annotated[
-        int | None, typer.Option("--samples", min=1, help="Rollouts per row (pass@k).")
+        int | None,
+        typer.Option(
+            "--samples",
+            min=1,
+            help="Rollouts per row, for pass@k [default: the spec's samples_per_row, else 1].",
+        ),
     ] = None
     shard: Annotated[
         str | None,
@@ -108,6 +138,7 @@ class RunFlags:
             "or parquet.",
         ),
     ] = None
+    env_file: EnvFileOption = None
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,8 @@ def harbor(
     user_code_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Directory copied into each trial and imported from [default: code dir]."
+            help="Directory copied into each trial and imported from [default: --code-dir, "
+            "else the spec's code_dir, else the working directory]."
         ),
     ] = None,
     prebuild: Annotated[
@@ -138,7 +139,11 @@ def harbor(
         ),
     ] = None,
     trials_dir: Annotated[
-        Path | None, typer.Option(help="Where trial directories go [default: beside the output].")
+        Path | None,
+        typer.Option(
+            help="Where trial directories go [default: the spec's harbor.trials_dir, else "
+            "trials/ in the run directory]."
+        ),
     ] = None,
     run: RunFlags,
     ci: CIFlags,

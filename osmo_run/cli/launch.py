@@ -29,13 +29,18 @@ def load_run_spec(
     seed: int | None = None,
 ) -> RunSpec:
     """The spec ``--spec`` names (or an empty one) with the flags that set its fields laid
-    over it (``seed``: the CI group's ``--seed``); puts its code dir first on ``sys.path``. Raises
-    :class:`~osmo_run.errors.SpecError` naming every invalid field."""
+    over it (``seed``: the CI group's ``--seed``); puts its code dir first on ``sys.path``.
+    Sets ``--env-file``'s variables first, so that the spec's ``api_key_env`` checks find
+    them. Raises :class:`~osmo_run.errors.SpecError` naming every invalid field, and
+    :class:`~osmo_run.errors.EnvFileError` for an env file that does not parse."""
     from osmo_run.errors import SpecError
+    from osmo_run.run.envfile import apply_env_file
     from osmo_run.run.overrides import HarborOverrides, SpecOverrides, spec_with_overrides
     from osmo_run.sdk.imports import ensure_on_path
 
     check_display(run.display)
+    if run.env_file is not None:
+        apply_env_file(run.env_file)
     overrides = SpecOverrides(
         workflow=run.workflow,
         grader=run.grader,

@@ -3,7 +3,9 @@ beyond their types (display, gates, retry categories)."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -16,12 +18,25 @@ if TYPE_CHECKING:
 OverwriteOption = Annotated[
     bool, typer.Option(help="Replace an output file that already holds results.")
 ]
+EnvFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--env-file",
+        help="Dotenv file (KEY=VALUE lines) of variables, such as the API key api_key_env "
+        "names; they win over the environment's. Never printed or written.",
+    ),
+]
 
 
 def console(stderr: bool = False) -> Console:
+    """The console a command prints through: rich's detection (colours on a terminal,
+    ``FORCE_COLOR`` for colours elsewhere, https://force-color.org), except that
+    ``NO_COLOR`` (any non-empty value, https://no-color.org) drops every style, bold
+    included, and wins over ``FORCE_COLOR``."""
     from rich.console import Console
 
-    return Console(highlight=False, stderr=stderr)
+    no_color = os.environ.get("NO_COLOR", "") != ""
+    return Console(highlight=False, stderr=stderr, color_system=None if no_color else "auto")
 
 
 def gates_from_flags(

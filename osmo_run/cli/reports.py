@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from osmo_run.cli.options import OverwriteOption, console
+from osmo_run.cli.options import EnvFileOption, OverwriteOption, console
 
 
 def report(
@@ -63,7 +63,10 @@ def regrade(
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1)] = 8,
     code_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory the grader's package imports from [default: the run's]."),
+        typer.Option(
+            help="Directory the grader's package imports from [default: --spec's code_dir, "
+            "else the run's own code dir (its manifest), else the working directory]."
+        ),
     ] = None,
     grader_settings: Annotated[
         str | None,
@@ -78,9 +81,11 @@ def regrade(
             "(--grader and --grader-settings win)."
         ),
     ] = None,
+    env_file: EnvFileOption = None,
 ) -> None:
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.display import render_summary
+    from osmo_run.run.envfile import apply_env_file
     from osmo_run.run.finish import exit_code_for, write_summary
     from osmo_run.run.regrade import choose_grader, judge_endpoint
     from osmo_run.run.regrade import regrade as regrade_run
@@ -88,6 +93,8 @@ def regrade(
     from osmo_run.run.spec import load_spec
     from osmo_run.sdk.imports import ensure_on_path
 
+    if env_file is not None:
+        apply_env_file(env_file)  # before the judge section reads its api_key_env
     loaded = LoadedRun.load(run)
     run_spec = load_spec(spec) if spec is not None else None
     recorded = loaded.manifest.info.get("code_dir") if loaded.manifest else None

@@ -6,6 +6,7 @@ terminal and plain lines elsewhere (CI logs), so the runner never knows which.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -310,9 +311,22 @@ def make_display(kind: str, console: Console) -> Display:
     """``live`` on a terminal, ``plain`` elsewhere, or as asked (``live``/``plain``/``none``)."""
     if kind == "none":
         return NullDisplay()
-    if kind == "live" or (kind == "auto" and console.is_terminal):
+    if kind == "live" or (kind == "auto" and redraws(console)):
         return LiveDisplay(console)
     return PlainDisplay(console.file)
+
+
+def redraws(console: Console) -> bool:
+    """Whether ``auto`` may redraw a live table on ``console``: an interactive terminal
+    (``TTY_INTERACTIVE=0`` or ``1`` decides, as in rich). ``FORCE_COLOR`` makes rich take a
+    pipe for a terminal; it asks for colours, not for frames redrawn into a log."""
+    if os.environ.get("TTY_INTERACTIVE") in {"0", "1"}:
+        return console.is_interactive
+    isatty = getattr(console.file, "isatty", None)
+    try:
+        return console.is_interactive and bool(isatty is not None and isatty())
+    except ValueError:  # a closed file
+        return False
 
 
 def _bar(count: int, largest: int, width: int = 30) -> str:

@@ -55,6 +55,11 @@ _NOT_MASKED = frozenset(
 )
 """Record fields that hold ids, numbers or a fixed vocabulary, never a secret's text."""
 
+_MASKED_AT_SOURCE = frozenset({"error_message"})
+"""Masked by the runner with :meth:`OutputWriter.mask` as soon as a result arrives (the
+display prints it before it is recorded); masking it again would mask the mask itself when a
+secret is part of ``***``."""
+
 
 class OutputWriter:
     """Appends lines to ``path`` (created ``0600``: lines hold conversations).
@@ -99,10 +104,11 @@ class OutputWriter:
 
     def mask_record(self, record: dict[str, Any]) -> dict[str, Any]:
         """An output record (or one of its ``attempts``) with secrets masked in the string
-        values of its free-text fields: messages, metrics, info, backend diagnostics, error
-        messages. The fields osmo-run fills from a fixed vocabulary (``status``,
-        ``error_category``, ...) or with numbers, and the ids that name the rollout (from
-        the dataset; ``--resume`` and ``report`` match rows by them), are left as they are.
+        values of its free-text fields: messages, metrics, info, backend diagnostics (error
+        messages are masked already, :data:`_MASKED_AT_SOURCE`). The fields osmo-run fills
+        from a fixed vocabulary (``status``, ``error_category``, ...) or with numbers, and
+        the ids that name the rollout (from the dataset; ``--resume`` and ``report`` match
+        rows by them), are left as they are.
         Returns ``record`` itself when there is no secret."""
         if not self._secrets:
             return record
@@ -110,7 +116,7 @@ class OutputWriter:
         for key, value in record.items():
             if key == "attempts" and isinstance(value, list):
                 value = [self.mask_record(a) if isinstance(a, dict) else a for a in value]
-            elif key not in _NOT_MASKED:
+            elif key not in _NOT_MASKED and key not in _MASKED_AT_SOURCE:
                 value = self.mask_values(value)
             masked[key] = value
         return masked

@@ -94,7 +94,7 @@ def choose_grader(
     if settings is None:
         settings = {}
         if spec is not None and name == spec_grader:
-            settings = GraderConfig.from_dict(spec.grader_config).settings
+            settings = dict((spec.grader_config.settings if spec.grader_config else None) or {})
         elif grader is None and spec_grader is None:
             settings = dict(defining.get("grader_settings") or {})
     judge = spec is not None and spec.judge is not None

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import bisect
 import random
+import re
 from collections.abc import Iterable
+
+ROWS = re.compile(r" *[0-9]+( *- *[0-9]+)?( *, *[0-9]+( *- *[0-9]+)?)* *")
+"""What ``--rows`` accepts (as the spec's JSON Schema says): indexes and ranges, commas."""
+_INDEX = re.compile(r"[0-9]+")
 
 
 class RowRanges:
@@ -51,14 +56,13 @@ def parse_rows(text: str) -> RowRanges:
     ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         item = part.strip()
-        low_text, dash, high_text = item.partition("-")
-        try:
-            low = int(low_text)
-            high = int(high_text) if dash else low
-        except ValueError:
+        low_text, dash, high_text = (text.strip() for text in item.partition("-"))
+        if not _INDEX.fullmatch(low_text) or (dash and not _INDEX.fullmatch(high_text)):
             raise ValueError(
                 f"{item!r} is not a row index or a range like 10-20 (rows are counted from 0)"
-            ) from None
+            )
+        low = int(low_text)
+        high = int(high_text) if dash else low
         if low < 0 or high < low:
             raise ValueError(f"{item!r}: a range goes from a lower index to a higher one, from 0")
         ranges.append((low, high))

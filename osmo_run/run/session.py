@@ -17,6 +17,7 @@ from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode
+from osmo_run.run.collector import tuned_for_rollouts
 from osmo_run.run.display import Display, make_display
 from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
 from osmo_run.run.interrupts import interrupts_handled
@@ -151,4 +152,5 @@ def _run_rows(
                     display.stop()
                     await backend.aclose()
 
-        return run_to_completion(main())
+        with tuned_for_rollouts():
+            return run_to_completion(main())

@@ -2,7 +2,14 @@
 
 Relative paths inside a spec file resolve against the spec file's directory, so a spec
 means the same thing whatever directory osmo-run is started from. ``osmo-run schema``
-prints :func:`spec_json_schema` for editors.
+prints :func:`spec_json_schema` for editors; ``schema/run-spec.json`` is its output, and
+the bundled configs point at it.
+
+The schema and the loader accept the same specs: values are taken as written (strict
+mode: ``concurrency: "3"`` is refused, as the schema's ``integer`` refuses it, and so are
+``true`` for a number and ``0`` for a boolean), and every check a validator makes is also
+in the schema (a pattern, an enum, an ``anyOf``), except what JSON Schema cannot say: a
+shard's K at most its N, and YAML's ``.inf`` / ``.nan``, which JSON has no way to write.
 """
 
 from __future__ import annotations
@@ -10,11 +17,21 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.config import JsonDict
 
 from osmo_run.errors import BackendUnavailable, ImportPathError, SpecError
 from osmo_run.graders.base import SettingsGrader
@@ -23,8 +40,13 @@ from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
 from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
-from osmo_run.run.selection import RowRanges, parse_rows
-from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.run.selection import ROWS, RowRanges, parse_rows
+from osmo_run.sdk.config import (
+    DEFAULT_MAX_CONCURRENT,
+    AgentWorkflowConfig,
+    ConcurrencyConfig,
+    GraderConfig,
+)
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.types import ErrorCategory
@@ -32,7 +54,60 @@ from osmo_run.sdk.workflow import Grader
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a value is taken as written, as the JSON Schema takes it (see the module doc)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _integral_float(value: Any) -> Any:
+    """``3.0`` as ``3``: JSON Schema's ``integer`` accepts a number with no fractional part."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Count = Annotated[int, Field(ge=1), BeforeValidator(_integral_float)]
+"""A count of at least 1: an int, or a float with no fractional part (as in the schema).
+``ge`` sits here, before the validator: given on the field of an optional ``Count``,
+pydantic 2.14 writes it into the schema as ``ge``, which no schema validator knows."""
+
+SpecPath = Annotated[Path, Field(strict=False)]
+"""A path field: a string in YAML (strict mode would want a ``Path`` object)."""
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+IMPORT_PATH = re.compile(r"[^:]+:[^:]+")
+SHARD = re.compile(r"([1-9][0-9]*)/([1-9][0-9]*)")
+
+
+def _pattern(regex: re.Pattern[str]) -> JsonDict:
+    """A JSON Schema ``pattern`` that matches what ``regex.fullmatch`` matches."""
+    return {"pattern": f"^{regex.pattern}$"}
+
+
+def _endpoint_schema(schema: dict[str, Any]) -> None:
+    """What :meth:`LLMSpec._endpoint_or_embedded` checks, for the schema: ``embedded: true``
+    with no base_url or api_key_env (and no model but the bundled one), or base_url and
+    model."""
+    schema["anyOf"] = [
+        {
+            "title": "embedded",
+            "required": ["embedded"],
+            "properties": {
+                "embedded": {"const": True},
+                "base_url": {"type": "null"},
+                "api_key_env": {"type": "null"},
+                "model": {"enum": [EMBEDDED_MODEL, None]},
+            },
+        },
+        {
+            "title": "endpoint",
+            "required": ["base_url", "model"],
+            "properties": {
+                "embedded": {"const": False},
+                "base_url": {"type": "string"},
+                "model": {"type": "string"},
+            },
+        },
+    ]
 
 
 class LLMSpec(_Strict):
@@ -40,6 +115,7 @@ class LLMSpec(_Strict):
     ``base_url`` and ``model``, or ``embedded`` (``llm: embedded`` for short) for the small
     model osmo-run starts on 127.0.0.1 for the run (see :mod:`osmo_run.llm.embedded`)."""
 
+    model_config = ConfigDict(json_schema_extra=_endpoint_schema)
     section: ClassVar[str] = "llm"
     """The spec field this section is, as error messages name it."""
 
@@ -49,7 +125,9 @@ class LLMSpec(_Strict):
         "when it ends (pip install 'osmo-run[embedded]'); no base_url then",
     )
     base_url: str | None = Field(
-        default=None, description="Endpoint root, e.g. http://127.0.0.1:8000/v1"
+        default=None,
+        description="Endpoint root, e.g. http://127.0.0.1:8000/v1",
+        json_schema_extra={"pattern": "^https?://"},
     )
     model: str | None = Field(default=None, description="Model name sent with each request")
     api_key_env: str | None = Field(
@@ -116,13 +194,21 @@ class TimeoutsSpec(_Strict):
     )
 
 
+_RETRYABLE: tuple[str, ...] = tuple(
+    sorted(c.value for c in ErrorCategory if c not in NEVER_RETRIED)
+)
+
+
 class RetrySpec(_Strict):
     """Retries of failed rollouts by error category, with exponential backoff and jitter."""
 
-    max_attempts: int = Field(default=3, ge=1, description="Tries per rollout, the first included")
+    max_attempts: Count = Field(default=3, description="Tries per rollout, the first included")
     categories: list[str] = Field(
         default_factory=lambda: sorted(c.value for c in DEFAULT_RETRY_CATEGORIES),
-        description="Error categories that are retried (never validation_error)",
+        description="Error categories that are retried (never "
+        + ", ".join(sorted(c.value for c in NEVER_RETRIED))
+        + ")",
+        json_schema_extra={"items": {"type": "string", "enum": list(_RETRYABLE)}},
     )
     initial_backoff_sec: float = Field(default=1.0, ge=0)
     max_backoff_sec: float = Field(default=60.0, ge=0)
@@ -158,8 +244,8 @@ class RetrySpec(_Strict):
 class HarborSpec(_Strict):
     """Settings of the ``harbor`` backend (each has a CLI flag that overrides it)."""
 
-    task_dir: Path | None = Field(default=None, description="Harbor task directory")
-    tasks_root: Path | None = Field(
+    task_dir: SpecPath | None = Field(default=None, description="Harbor task directory")
+    tasks_root: SpecPath | None = Field(
         default=None, description="Directory that rows' metadata.harbor_task names resolve under"
     )
     env: str = Field(default="docker", description="Harbor environment type (docker, daytona…)")
@@ -173,7 +259,7 @@ class HarborSpec(_Strict):
     keep_trials: bool = Field(
         default=False, description="Keep trial directories of successful rows too"
     )
-    trials_dir: Path | None = Field(default=None, description="Where trial directories go")
+    trials_dir: SpecPath | None = Field(default=None, description="Where trial directories go")
 
 
 class DatasetSpec(_Strict):
@@ -196,16 +282,9 @@ class DatasetSpec(_Strict):
         default=None, description="Column of a system message (with a text prompt)", min_length=1
     )
     label: str | None = Field(default=None, description="Column of the label", min_length=1)
-    metadata: list[str] | None = Field(
+    metadata: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, description="Columns making up the metadata (default: all others)"
     )
-
-    @field_validator("metadata")
-    @classmethod
-    def _column_names(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not all(value):
-            raise ValueError("column names must not be empty")
-        return value
 
     def column_map(self) -> ColumnMap:
         """The mapping these fields (over the preset's) give; empty when none is set."""
@@ -225,21 +304,53 @@ def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
     schema.setdefault("anyOf", []).insert(0, shorthand)
 
 
+class ConcurrencySpec(_Strict):
+    """``workflow_config.concurrency``."""
+
+    max_concurrent: Count = Field(
+        default=DEFAULT_MAX_CONCURRENT, description="Rows in flight at once"
+    )
+
+
+class WorkflowConfigSpec(_Strict):
+    """``workflow_config``: the workflow's concurrency and its own settings."""
+
+    concurrency: ConcurrencySpec | None = None
+    settings: dict[Any, Any] | None = Field(
+        default=None, description="The workflow's own options (self.config.settings)"
+    )
+
+
+class GraderConfigSpec(_Strict):
+    """``grader_config``: the grader's settings, which the grader itself checks."""
+
+    settings: dict[Any, Any] | None = Field(
+        default=None, description="The grader's own options (checked by the grader)"
+    )
+
+
 class RunSpec(_Strict):
     """A run: workflow and grader, their configs, limits, model endpoint and output."""
 
-    workflow: str = Field(description="AgentWorkflow subclass as 'package.module:Class'")
-    workflow_config: dict[str, Any] | None = Field(
+    workflow: str = Field(
+        description="AgentWorkflow subclass as 'package.module:Class'",
+        json_schema_extra=_pattern(IMPORT_PATH),
+    )
+    workflow_config: WorkflowConfigSpec | None = Field(
         default=None, description="{concurrency: {max_concurrent: N}, settings: {...}}"
     )
-    grader: str | None = Field(default=None, description="Grader subclass as 'module:Class'")
-    grader_config: dict[str, Any] | None = Field(default=None, description="{settings: {...}}")
-    code_dir: Path | None = Field(
+    grader: str | None = Field(
+        default=None,
+        description="Grader subclass as 'module:Class'",
+        json_schema_extra=_pattern(IMPORT_PATH),
+    )
+    grader_config: GraderConfigSpec | None = Field(default=None, description="{settings: {...}}")
+    code_dir: SpecPath | None = Field(
         default=None,
         description="Directory holding the workflow's package; default: the working directory",
     )
-    concurrency: int | None = Field(
-        default=None, ge=1, description="Rows in flight; default workflow_config's (4)"
+    concurrency: Count | None = Field(
+        default=None, description="Rows in flight; default workflow_config's (4)"
     )
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
     llm: LLMSpec | None = Field(default=None, json_schema_extra=_embedded_shorthand_schema)
@@ -248,25 +359,35 @@ class RunSpec(_Strict):
         description="The judge model of grader calls (ModelJudge): base_url and model, or embedded",
         json_schema_extra=_embedded_shorthand_schema,
     )
-    output: Path | None = Field(default=None, description="Output JSONL path")
+    output: SpecPath | None = Field(
+        default=None,
+        description="Output JSONL path; default runs/<dataset>-<hash>/results.jsonl under the "
+        "working directory, <hash> of what defines the run's results",
+    )
     bad_rows: Literal["stop", "record"] = Field(
         default="stop",
         description="stop: refuse the dataset if a line is bad; record: record it and go on",
     )
-    limit: int | None = Field(default=None, ge=1, description="Run only the first N rows")
+    limit: Count | None = Field(default=None, description="Run only the first N rows")
     shard: str | None = Field(
-        default=None, description="K/N: run only rows whose index is K-1 modulo N"
+        default=None,
+        description="K/N: run only rows whose index is K-1 modulo N (1 <= K <= N)",
+        json_schema_extra=_pattern(SHARD),
     )
     rows: str | None = Field(
         default=None,
         description="Row indexes to run, from 0, e.g. '3,7,10-20' (ranges inclusive)",
+        json_schema_extra=_pattern(ROWS),
     )
     shuffle: bool = Field(
         default=False,
-        description="Draw the limit rows at random (seeded by seed) instead of the first ones",
+        description="Draw the limit rows at random (seeded by seed) instead of the first "
+        "ones; needs limit",
     )
-    seed: int = Field(default=0, description="Seed of shuffle and of --smoke's subset")
-    samples_per_row: int = Field(default=1, ge=1, description="Rollouts per row (for pass@k)")
+    seed: Annotated[int, BeforeValidator(_integral_float)] = Field(
+        default=0, description="Seed of shuffle and of --smoke's subset"
+    )
+    samples_per_row: Count = Field(default=1, description="Rollouts per row (for pass@k)")
     pass_threshold: float = Field(
         default=1.0,
         allow_inf_nan=False,
@@ -328,16 +449,18 @@ class RunSpec(_Strict):
     @field_validator("workflow", "grader")
     @classmethod
     def _import_path(cls, value: str | None) -> str | None:
-        if value is not None and value.count(":") != 1:
+        if value is not None and not IMPORT_PATH.fullmatch(value):
             raise ValueError("must be an import path like 'package.module:ClassName'")
         return value
 
     def build_workflow_config(self) -> AgentWorkflowConfig:
         """The workflow config, with ``concurrency`` applied; :class:`SpecError` if invalid."""
-        try:
-            config = AgentWorkflowConfig.from_dict(self.workflow_config)
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"workflow_config: {exc}") from None
+        given = self.workflow_config or WorkflowConfigSpec()
+        concurrency = given.concurrency or ConcurrencySpec()
+        config = AgentWorkflowConfig(
+            concurrency=ConcurrencyConfig(concurrency.max_concurrent),
+            settings=dict(given.settings or {}),
+        )
         if self.concurrency is not None:
             config.concurrency.max_concurrent = self.concurrency
         return config
@@ -354,10 +477,8 @@ class RunSpec(_Strict):
         invalid one aside but it was given all the same). ``grade_without_label`` comes from
         the spec's field of that name.
         """
-        try:
-            config = GraderConfig.from_dict(self.grader_config)
-        except (TypeError, ValueError) as exc:
-            raise SpecError(f"grader_config: {exc}") from None
+        given = self.grader_config or GraderConfigSpec()
+        config = GraderConfig(settings=dict(given.settings or {}))
         if self.grader is not None:
             check_grader_settings(
                 self.grader,
@@ -410,13 +531,13 @@ def _settings_path(path: str) -> str:
 
 
 def parse_shard(value: str) -> tuple[int, int]:
-    """``"K/N"`` as ``(K, N)``; ``ValueError`` unless ``1 <= K <= N``."""
-    k_text, sep, n_text = value.partition("/")
-    try:
-        k, n = int(k_text), int(n_text)
-    except ValueError:
-        raise ValueError(f"{value!r} is not K/N (for example 2/8)") from None
-    if not sep or not 1 <= k <= n:
+    """``"K/N"`` as ``(K, N)``; ``ValueError`` unless both are written in ASCII digits and
+    ``1 <= K <= N``."""
+    match = SHARD.fullmatch(value)
+    if match is None:
+        raise ValueError(f"{value!r} is not K/N (for example 2/8)")
+    k, n = int(match[1]), int(match[2])
+    if not k <= n:
         raise ValueError(f"{value!r}: K/N needs 1 <= K <= N")
     return k, n
 
@@ -436,6 +557,10 @@ def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str
     return list(getattr(current, "model_fields", {}))
 
 
+_OWN_SETTINGS = {"workflow_config": "workflow", "grader_config": "grader"}
+_SCALAR_TYPES = frozenset({"int_type", "float_type", "bool_type"})
+
+
 def format_validation_error(source: str, exc: ValidationError, model: type[BaseModel]) -> str:
     """One line per problem: ``source: field 'a.b': what is wrong[; did you mean 'x'?]``."""
     lines = []
@@ -448,8 +573,14 @@ def format_validation_error(source: str, exc: ValidationError, model: type[BaseM
             close = difflib.get_close_matches(str(loc[-1]), _field_names(model, loc), n=1)
             if close:
                 message += f"; did you mean {close[0]!r}?"
+            elif len(loc) == 2 and loc[0] in _OWN_SETTINGS:
+                message += (
+                    f"; put the {_OWN_SETTINGS[str(loc[0])]}'s own options under {loc[0]}.settings"
+                )
         elif error["type"] == "missing":
             message = "required field is missing"
+        elif error["type"] in _SCALAR_TYPES and isinstance(error.get("input"), str):
+            message += f" (got the string {error['input']!r}; write the value without quotes)"
         lines.append(f"{source}: field {where!r}: {message}")
     return "\n".join(lines)
 
@@ -507,7 +638,11 @@ def _anchor_paths(spec: RunSpec, base: Path) -> RunSpec:
 
 
 def spec_json_schema() -> str:
-    """The spec's JSON Schema, for editors (yaml-language-server) and ``osmo-run schema``."""
+    """The spec's JSON Schema (draft 2020-12), for editors (yaml-language-server) and
+    ``osmo-run schema``; ``schema/run-spec.json`` holds it, checked by the tests."""
     schema = RunSpec.model_json_schema()
     schema["title"] = "osmo-run run spec"
-    return json.dumps(schema, indent=2)
+    # RunSpec._shuffle_needs_limit: shuffle draws limit rows, so it needs a limit
+    schema["if"] = {"properties": {"shuffle": {"const": True}}, "required": ["shuffle"]}
+    schema["then"] = {"required": ["limit"], "properties": {"limit": {"type": "integer"}}}
+    return json.dumps({"$schema": JSON_SCHEMA_DIALECT, **schema}, indent=2)

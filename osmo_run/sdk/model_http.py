@@ -1,5 +1,6 @@
-"""One HTTP POST to a model endpoint, three ways: a pooled ``aiohttp`` session, urllib in a
-thread pool of the run's size, or urllib in a thread of its own per call.
+"""One HTTP POST to a model endpoint, three ways: a pooled ``aiohttp`` session, the
+standard library in a thread pool of the run's size, or in a thread of its own per call (the
+last two over kept-alive connections, :mod:`osmo_run.sdk.http_pool`).
 
 :func:`osmo_run.sdk.llm.chat_completion` reaches them through
 :class:`~osmo_run.sdk.model_clients.ModelClients`; this module knows nothing of chat
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import http.client
 import socket
 import threading
 import urllib.error
@@ -19,6 +21,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
+
+from osmo_run.sdk.http_pool import SHARED_POOL
 
 
 class HeaderLookup(Protocol):
@@ -56,7 +60,45 @@ def _timed_out(url: str, timeout_sec: float) -> TransportError:
 
 
 def post_blocking(url: str, body: bytes, headers: dict[str, str], timeout_sec: float) -> HTTPAnswer:
-    """POST with urllib on this thread (it honours the ``*_proxy`` variables)."""
+    """POST on this thread over a kept-alive connection from
+    :data:`~osmo_run.sdk.http_pool.SHARED_POOL`; through urllib when a ``*_proxy`` variable
+    applies to ``url`` (urllib honours them)."""
+    if proxy_for(url) is not None:
+        return _post_with_urllib(url, body, headers, timeout_sec)
+    parts = urlsplit(url)
+    origin = SHARED_POOL.origin(parts)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    while True:
+        connection, reused = SHARED_POOL.take(origin, timeout_sec)
+        try:
+            connection.request("POST", target, body=body, headers=headers)
+            response = connection.getresponse()
+            answer = HTTPAnswer(response.status, response.read(), response.headers)
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            connection.close()
+            if reused:  # the server closed it while idle: the call never reached it
+                continue
+            raise TransportError(
+                f"cannot reach {url}: connection dropped", retryable=True
+            ) from None
+        except TimeoutError:
+            connection.close()
+            raise _timed_out(url, timeout_sec) from None
+        except (OSError, http.client.HTTPException) as exc:  # refused, reset mid-answer
+            connection.close()
+            raise TransportError(f"cannot reach {url}: {exc}", retryable=True) from None
+        if response.will_close:
+            connection.close()
+        else:
+            SHARED_POOL.give_back(origin, connection)
+        return answer
+
+
+def _post_with_urllib(
+    url: str, body: bytes, headers: dict[str, str], timeout_sec: float
+) -> HTTPAnswer:
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout_sec) as response:

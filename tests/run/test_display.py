@@ -101,8 +101,25 @@ def test_plain_display_prints_progress_once_per_interval() -> None:
 def test_display_kind_follows_the_flag_and_the_terminal(
     kind: str, terminal: bool, expected: type
 ) -> None:
-    console = Console(file=io.StringIO(), force_terminal=terminal)
+    console = Console(file=_Terminal() if terminal else io.StringIO(), force_terminal=terminal)
     assert isinstance(make_display(kind, console), expected)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_auto_redraws_no_live_table_into_a_pipe_that_force_color_makes_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("TTY_INTERACTIVE", raising=False)
+    piped = Console(file=io.StringIO())
+    assert piped.is_terminal  # rich's reading of FORCE_COLOR
+    assert isinstance(make_display("auto", piped), PlainDisplay)
+    monkeypatch.setenv("TTY_INTERACTIVE", "1")  # asked for by name: frames it is
+    assert isinstance(make_display("auto", Console(file=io.StringIO())), LiveDisplay)
 
 
 def test_live_display_shows_rows_in_flight_with_their_phase_and_recent_results() -> None:

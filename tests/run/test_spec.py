@@ -138,11 +138,11 @@ def test_every_invalid_field_gets_its_own_line(tmp_path: Path) -> None:
 
 
 def test_bad_workflow_config_is_reported_as_a_spec_error(tmp_path: Path) -> None:
-    spec = load_spec(_spec(tmp_path, "workflow: a:B\nworkflow_config: {temperature: 1}\n"))
-    with pytest.raises(
-        SpecError, match=r"workflow_config: unknown workflow_config keys \['temperature'\]"
-    ):
-        spec.build_workflow_config()
+    path = _spec(tmp_path, "workflow: a:B\nworkflow_config: {temperature: 1}\n")
+    assert _error(path) == (
+        f"{path}: field 'workflow_config.temperature': unknown field; "
+        "put the workflow's own options under workflow_config.settings"
+    )
 
 
 def test_text_that_is_not_yaml_is_refused_with_its_line(tmp_path: Path) -> None:

@@ -1,0 +1,67 @@
+"""``--env-file``: variables (an API key, a cloud token) from a dotenv file into the run's
+environment, where ``api_key_env``, workflows, isolated child processes and Harbor's
+environments read them.
+
+Parsed by python-dotenv (``KEY=VALUE``, ``export KEY=VALUE``, quotes, multi-line quoted
+values, ``# comments``, ``${VAR}`` expansion). The values are secrets: no message, output
+or log of osmo-run ever holds one, not even the text of a line that fails to parse.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from osmo_run.errors import EnvFileError
+
+_FORMAT = "write KEY=VALUE (or export KEY=VALUE), a # comment or a blank line"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The variables ``path`` sets, in file order, ``${VAR}`` expanded (from the file's
+    earlier lines, then the environment).
+
+    Raises :class:`EnvFileError` for a file that cannot be read as UTF-8, and naming
+    ``path:line`` (never the line's text) for a line that is not ``KEY=VALUE`` or a key
+    without ``=``.
+    """
+    from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise EnvFileError(f"{path}: env file not found") from None
+    except IsADirectoryError:
+        raise EnvFileError(f"{path}: is a directory; pass the dotenv file") from None
+    except UnicodeDecodeError:
+        raise EnvFileError(f"{path}: not UTF-8 text; save the env file as UTF-8") from None
+    except OSError as exc:
+        raise EnvFileError(f"{path}: cannot read the env file ({exc.strerror})") from None
+    for binding in parse_stream(io.StringIO(text)):
+        line = _first_line(binding.original.string, binding.original.line)
+        if binding.error:
+            raise EnvFileError(f"{path}:{line}: not a variable assignment; {_FORMAT}")
+        if binding.key is not None and binding.value is None:
+            raise EnvFileError(f"{path}:{line}: {binding.key} has no '='; write {binding.key}=")
+    values = dotenv_values(stream=io.StringIO(text), interpolate=True)
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _first_line(chunk: str, line: int) -> int:
+    """The line of ``chunk``'s first non-blank character (the parser counts a bad
+    statement from the blank lines before it)."""
+    stripped = chunk.lstrip()
+    return line + chunk[: len(chunk) - len(stripped)].count("\n")
+
+
+def apply_env_file(path: Path) -> list[str]:
+    """Set the variables of ``path`` (:func:`read_env_file`) in ``os.environ``, over any
+    already set: the file named on the command line wins. Returns the names set.
+
+    Raises :class:`EnvFileError` as :func:`read_env_file` does, before setting any.
+    """
+    values = read_env_file(path)
+    os.environ.update(values)
+    return list(values)

@@ -1,0 +1,96 @@
+"""``osmo-run init``'s project: a package with a workflow and a grader, a spec, a five-row
+dataset, a ``pyproject.toml`` and a test, rendered from the files in ``template/``.
+
+A template file's ``{{package}}``, ``{{name}}`` and ``{{osmo_run_version}}`` are replaced;
+``.tmpl`` is dropped from its name, ``package/`` becomes the package's directory and
+``gitignore`` becomes ``.gitignore`` (a dotfile would be easy to lose from a wheel).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from osmo_run import __version__
+from osmo_run.errors import ScaffoldError
+
+TEMPLATE = Path(__file__).parent / "template"
+_DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+# names a project's package must not take: they would shadow what its code imports
+_TAKEN = frozenset({"osmo_run", "tests", "test", "data", "runs", *sys.stdlib_module_names})
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project :func:`create_project` wrote: its directory, distribution name, package
+    name and files (relative to the directory, in the order written)."""
+
+    directory: Path
+    name: str
+    package: str
+    files: tuple[Path, ...]
+
+
+def package_name(directory: Path) -> str:
+    """The Python package a project in ``directory`` gets: its name lowercased, each run of
+    other characters than letters, digits and ``_`` made one ``_``.
+
+    Raises :class:`ScaffoldError` when that is no identifier (starts with a digit, is empty)
+    or would shadow a module the project imports (``osmo_run``, the standard library's).
+    """
+    raw = directory.resolve().name
+    package = re.sub(r"[^a-z0-9_]+", "_", raw.lower()).strip("_")
+    if not package.isidentifier() or keyword.iskeyword(package):
+        raise ScaffoldError(
+            f"{directory}: {raw!r} makes no Python package name; "
+            "choose a name that starts with a letter (e.g. my-agent)"
+        )
+    if package in _TAKEN:
+        raise ScaffoldError(
+            f"{directory}: a package named {package!r} would shadow the module of that name; "
+            "choose another name"
+        )
+    return package
+
+
+def create_project(directory: Path) -> Project:
+    """Write a new project into ``directory`` (created with its parents; it may exist if
+    empty) and return what was written.
+
+    Raises :class:`ScaffoldError`, before writing anything, when ``directory`` is a file or
+    a non-empty directory, or its name makes no package name (:func:`package_name`).
+    """
+    if directory.exists() and not directory.is_dir():
+        raise ScaffoldError(f"{directory}: exists and is a file; choose a new directory name")
+    if directory.is_dir() and any(directory.iterdir()):
+        raise ScaffoldError(
+            f"{directory}: exists and is not empty; choose a new name or empty it first"
+        )
+    package = package_name(directory)
+    raw = directory.resolve().name
+    name = raw if _DISTRIBUTION_NAME.fullmatch(raw) else package.replace("_", "-")
+    values = {"package": package, "name": name, "osmo_run_version": __version__}
+    written: list[Path] = []
+    for source in sorted(p for p in TEMPLATE.rglob("*") if p.is_file()):
+        if "__pycache__" in source.parts:
+            continue
+        relative = _target_path(source.relative_to(TEMPLATE), package)
+        text = source.read_text(encoding="utf-8")
+        for key, value in values.items():
+            text = text.replace("{{" + key + "}}", value)
+        target = directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(relative)
+    return Project(directory, name, package, tuple(written))
+
+
+def _target_path(relative: Path, package: str) -> Path:
+    parts = [package if part == "package" else part for part in relative.parts]
+    parts[-1] = parts[-1].removesuffix(".tmpl")
+    if parts[-1] == "gitignore":
+        parts[-1] = ".gitignore"
+    return Path(*parts)
