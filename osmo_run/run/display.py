@@ -216,15 +216,15 @@ class LiveDisplay(Display):
         now = time.monotonic()
         in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1].started)
         running = Table(title=f"in flight ({len(in_flight)})", title_justify="left", expand=False)
-        running.add_column("row")
+        running.add_column("row", max_width=40)
         running.add_column("phase")
         running.add_column("elapsed", justify="right")
         for row_id, entry in in_flight[: self._max_in_flight]:
-            running.add_row(row_id, entry.phase_text(now), f"{now - entry.started:.1f}s")
+            running.add_row(_id_cell(row_id), entry.phase_text(now), f"{now - entry.started:.1f}s")
         if len(in_flight) > self._max_in_flight:
             running.add_row(f"… {len(in_flight) - self._max_in_flight} more", "", "")
         recent = Table(title="last finished", title_justify="left")
-        recent.add_column("row")
+        recent.add_column("row", max_width=40)
         recent.add_column("status")
         recent.add_column("reward", justify="right")
         recent.add_column("category")
@@ -241,7 +241,7 @@ class LiveDisplay(Display):
             reward = "-" if result.reward is None else f"{result.reward:g}"
             category = result.error_category.value if result.error_category else ""
             cells: list[RenderableType] = [
-                result.rollout_id,
+                _id_cell(result.rollout_id),
                 Text(status, style=_STATUS_STYLE.get(status, "")),
                 reward,
                 category,
@@ -302,6 +302,12 @@ class LiveDisplay(Display):
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def _id_cell(row_id: str) -> Text:
+    """A row id as a table cell: as it is but with control characters visible, never read
+    as rich markup (``[red]`` is an id like any other), cut at the cell's edge."""
+    return Text(one_line(row_id), no_wrap=True, overflow="ellipsis")
 
 
 def make_display(kind: str, console: Console) -> Display:

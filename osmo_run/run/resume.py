@@ -25,7 +25,7 @@ from osmo_run.run.breaker import cause_of_trip, failure_cause
 from osmo_run.run.manifest import Manifest, read_manifest
 from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
-from osmo_run.run.records import attempts_before_rerun
+from osmo_run.run.records import attempts_before_rerun, record_safe_name
 from osmo_run.run.runfiles import (
     BadLine,
     RunPaths,
@@ -34,6 +34,7 @@ from osmo_run.run.runfiles import (
     rewrite_without,
 )
 from osmo_run.run.summary import SummaryBuilder
+from osmo_run.sdk.names import rollout_name, safe_name
 
 
 @dataclass
@@ -133,12 +134,13 @@ def _remove_old_artifacts(plan: RunPlan) -> None:
     stale: set[str] = set()
     for source in (plan.paths.results, plan.paths.attempts):
         if source.is_file():
-            stale.update(str(record.get("rollout_id")) for record in iter_records(source))
+            stale.update(record_safe_name(record) for record in iter_records(source))
     for row in plan.dataset.rows():
+        name = safe_name(row.row_id)
         if plan.samples == 1:
-            stale.add(row.row_id)
+            stale.add(name)
         else:
-            stale.update(f"{row.row_id}~{k}" for k in range(plan.samples))
+            stale.update(rollout_name(name, k) for k in range(plan.samples))
     for name in present & stale:
         shutil.rmtree(artifacts / name, ignore_errors=True)
     with contextlib.suppress(OSError):

@@ -27,6 +27,7 @@ from osmo_run.run.records import attempt_dict, record_dict, record_line
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
     ErrorCategory,
@@ -58,6 +59,11 @@ class WorkItem:
     def rollout_id(self) -> str:
         return self.request.id if self.request is not None else self.row.row_id
 
+    @property
+    def safe_name(self) -> str:
+        """The rollout's file-system name (see :mod:`osmo_run.sdk.names`)."""
+        return self.request.safe_name if self.request is not None else safe_name(self.row.row_id)
+
 
 def work_items(
     rows: Iterable[DatasetRow],
@@ -74,7 +80,8 @@ def work_items(
                 continue
             request = row.request
             if request is not None and samples_per_row > 1:
-                request = dataclasses.replace(request, id=f"{request.id}~{sample_index}")
+                name = rollout_name(request.safe_name, sample_index)
+                request = dataclasses.replace(request, id=f"{request.id}~{sample_index}", name=name)
             before = earlier(row.index, sample_index) if earlier is not None else None
             yield WorkItem(row, sample_index, request, before)
 
@@ -159,7 +166,14 @@ class Runner:
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
             record = record_dict(
-                row.row_id, row.index, row.line, result, item.sample_index, attempt, attempts
+                row.row_id,
+                row.index,
+                row.line,
+                result,
+                item.sample_index,
+                attempt,
+                attempts,
+                item.safe_name,
             )
             record = self._writer.mask_record(record)
             return record, record_line(record)

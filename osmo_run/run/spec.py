@@ -39,7 +39,9 @@ from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
 from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
 from osmo_run.run.breaker import DEFAULT_BREAKER_AFTER
+from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
+from osmo_run.run.selection import ROWS, RowRanges, parse_rows
 from osmo_run.sdk.config import (
     DEFAULT_MAX_CONCURRENT,
     AgentWorkflowConfig,
@@ -261,6 +263,42 @@ class HarborSpec(_Strict):
     trials_dir: SpecPath | None = Field(default=None, description="Where trial directories go")
 
 
+class DatasetSpec(_Strict):
+    """How the dataset file is read: its format, and which column plays each role (a
+    dotted path reaches into nested columns); see :mod:`osmo_run.run.columns`."""
+
+    format: Literal["auto", "jsonl", "csv", "parquet"] = Field(
+        default="auto",
+        description="auto: by extension (.csv, .parquet/.pq; anything else is JSONL)",
+    )
+    preset: Literal["verl"] | None = Field(
+        default=None,
+        description="A named mapping; verl: prompt, label reward_model.ground_truth",
+    )
+    id: str | None = Field(default=None, description="Column of the row id", min_length=1)
+    prompt: str | None = Field(
+        default=None, description="Column of the prompt (text or messages)", min_length=1
+    )
+    system_prompt: str | None = Field(
+        default=None, description="Column of a system message (with a text prompt)", min_length=1
+    )
+    label: str | None = Field(default=None, description="Column of the label", min_length=1)
+    metadata: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, description="Columns making up the metadata (default: all others)"
+    )
+
+    def column_map(self) -> ColumnMap:
+        """The mapping these fields (over the preset's) give; empty when none is set."""
+        return column_map(
+            self.preset,
+            id=self.id,
+            prompt=self.prompt,
+            system_prompt=self.system_prompt,
+            label=self.label,
+            metadata=self.metadata,
+        )
+
+
 def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
     """Let editors accept ``llm: embedded`` besides the mapping."""
     shorthand = {"const": "embedded", "description": f"The bundled {EMBEDDED_MODEL} (see embedded)"}
@@ -348,6 +386,19 @@ class RunSpec(_Strict):
         description="K/N: run only rows whose index is K-1 modulo N (1 <= K <= N)",
         json_schema_extra=_pattern(SHARD),
     )
+    rows: str | None = Field(
+        default=None,
+        description="Row indexes to run, from 0, e.g. '3,7,10-20' (ranges inclusive)",
+        json_schema_extra=_pattern(ROWS),
+    )
+    shuffle: bool = Field(
+        default=False,
+        description="Draw the limit rows at random (seeded by seed) instead of the first "
+        "ones; needs limit",
+    )
+    seed: Annotated[int, BeforeValidator(_integral_float)] = Field(
+        default=0, description="Seed of shuffle and of --smoke's subset"
+    )
     samples_per_row: Count = Field(default=1, description="Rollouts per row (for pass@k)")
     pass_threshold: float = Field(
         default=1.0,
@@ -386,6 +437,12 @@ class RunSpec(_Strict):
             )
         return value
 
+    dataset: DatasetSpec = Field(
+        default_factory=DatasetSpec,
+        description="How the dataset is read: format, and the columns of id, prompt, label, "
+        "metadata",
+    )
+
     @field_validator("llm", "judge", mode="before")
     @classmethod
     def _embedded_shorthand(cls, value: Any) -> Any:
@@ -401,6 +458,23 @@ class RunSpec(_Strict):
         if value is not None:
             parse_shard(value)
         return value
+
+    @field_validator("rows")
+    @classmethod
+    def _rows(cls, value: str | None) -> str | None:
+        return None if value is None else str(parse_rows(value))
+
+    @model_validator(mode="after")
+    def _shuffle_needs_limit(self) -> RunSpec:
+        if self.shuffle and self.limit is None:
+            raise ValueError(
+                "shuffle draws a random subset of limit rows (rows run in file order): "
+                "give limit (--limit N) too"
+            )
+        return self
+
+    def row_ranges(self) -> RowRanges | None:
+        return None if self.rows is None else parse_rows(self.rows)
 
     def shard_tuple(self) -> tuple[int, int] | None:
         return None if self.shard is None else parse_shard(self.shard)
@@ -601,4 +675,7 @@ def spec_json_schema() -> str:
     ``osmo-run schema``; ``schema/run-spec.json`` holds it, checked by the tests."""
     schema = RunSpec.model_json_schema()
     schema["title"] = "osmo-run run spec"
+    # RunSpec._shuffle_needs_limit: shuffle draws limit rows, so it needs a limit
+    schema["if"] = {"properties": {"shuffle": {"const": True}}, "required": ["shuffle"]}
+    schema["then"] = {"required": ["limit"], "properties": {"limit": {"type": "integer"}}}
     return json.dumps({"$schema": JSON_SCHEMA_DIALECT, **schema}, indent=2)
