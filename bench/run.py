@@ -16,6 +16,7 @@ Stdlib only (plus what the dev venv holds: osmo-run, harbor, and py-spy if insta
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
 import json
 import os
@@ -53,6 +54,7 @@ MB = 1024.0  # ru_maxrss is in KiB on Linux; figures are MiB
 NAMES = (
     "throughput",
     "memory",
+    "memory-formats",
     "latency",
     "display",
     "startup",
@@ -534,6 +536,73 @@ def w_memory(opts: Options) -> None:
         "flat (<= 1.25x)",
         growth <= 1.25,
     )
+
+
+def dataset_as(rows: int, fmt: str) -> Path:
+    """:func:`dataset`'s rows as CSV or Parquet (row groups of 100,000 rows, as Hugging
+    Face writes them), generated once into bench/out/data."""
+    source = dataset(rows)
+    path = source.with_suffix(f".{fmt}")
+    if path.exists():
+        return path
+    tmp = path.with_name(path.name + ".tmp")
+    if fmt == "csv":
+        with open(source, encoding="utf-8") as src, open(tmp, "w", newline="") as handle:
+            out = csv.writer(handle)
+            out.writerow(["id", "user_prompt", "ground_truth"])
+            for line in src:
+                row = json.loads(line)
+                out.writerow([row["id"], row["user_prompt"], row["ground_truth"]])
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema([(n, pa.string()) for n in ("id", "user_prompt", "ground_truth")])
+        with open(source, encoding="utf-8") as src, pq.ParquetWriter(tmp, schema) as writer:
+            chunk: list[dict[str, Any]] = []
+            for line in src:
+                chunk.append(json.loads(line))
+                if len(chunk) == 100_000:
+                    writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+                    chunk = []
+            if chunk:
+                writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+    tmp.rename(path)
+    return path
+
+
+def w_memory_formats(opts: Options) -> None:
+    """Peak RSS of the same rows as JSONL, CSV and Parquet: the readers stream alike."""
+    rows = 100_000 if opts.quick else 1_000_000
+    base = OUT / "memory-formats"
+    shutil.rmtree(base, ignore_errors=True)
+    table = []
+    peaks: dict[str, float] = {}
+    for fmt in ("jsonl", "csv", "parquet"):
+        data = dataset(rows) if fmt == "jsonl" else dataset_as(rows, fmt)
+        out = base / fmt / "results.jsonl"
+        step(f"memory-formats: osmo-run local, {rows} rows of {fmt}")
+        p = checked(run(osmo_local(data, out)))
+        check_osmo_output(out, rows)
+        peaks[fmt] = p.rss_mb
+        size = data.stat().st_size / (1 << 20)
+        table.append(
+            [fmt, f"{size:.0f}", f"{p.wall:.2f}", fmt_rate(rows / p.wall), f"{p.rss_mb:.1f}"]
+        )
+    opts.report.table(
+        f"2b. Memory by dataset format: peak RSS of `osmo-run local`, {rows:,} no-op rows "
+        "with an `id` (concurrency 100)",
+        ["format", "file MiB", "wall s", "rows/s", "peak RSS MiB"],
+        table,
+    )
+    for fmt in ("csv", "parquet"):
+        opts.report.target(
+            "2b",
+            f"{fmt} peak RSS at {rows:,} rows",
+            f"{peaks[fmt]:.0f} MiB",
+            "< 150 MiB at 1M rows" if rows == 1_000_000 else "(1M skipped)",
+            peaks[fmt] < 150 if rows == 1_000_000 else None,
+        )
 
 
 def _span(out: Path) -> tuple[float, float]:
@@ -1777,6 +1846,7 @@ def w_llm_harbor(opts: Options) -> None:
 WORKLOAD_FNS: dict[str, Callable[[Options], None]] = {
     "throughput": w_throughput,
     "memory": w_memory,
+    "memory-formats": w_memory_formats,
     "latency": w_latency,
     "display": w_display,
     "startup": w_startup,

@@ -49,6 +49,10 @@ class ExitCode(enum.IntEnum):
     """A bug in osmo-run."""
     ERROR_BUDGET_EXCEEDED = 4
     """More rollouts failed than --max-errors / --max-error-rate allow."""
+    SYSTEMIC_FAILURE = 5
+    """The breaker stopped the run: K rollouts in a row failed with the same cause
+    (infra_error, model_api_error or rate_limit); rows not yet started were not started,
+    and --resume runs them once the cause is fixed (see osmo_run.run.breaker)."""
     INTERRUPTED = 130
     """Ctrl-C or SIGTERM: in-flight rows were recorded as cancelled."""
 

@@ -62,6 +62,22 @@ class NoopWorkflow(AgentWorkflow):
         return []
 
 
+class EchoWorkflow(AgentWorkflow):
+    """Answers with the prompt's last message, or, for a row without a prompt, with the
+    prompt it builds from ``metadata.question`` (a metadata-only row); ``info`` says how
+    many prompt messages and characters it was given, and its metadata's keys."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        if ctx.prompt:
+            messages = reply(ctx, last_content(ctx))
+        else:
+            built = [{"role": "user", "content": str(ctx.metadata.get("question", ""))}]
+            messages = [*built, {"role": "assistant", "content": built[0]["content"]}]
+        chars = sum(len(str(m.get("content", ""))) for m in ctx.prompt)
+        info = {"prompt_messages": len(ctx.prompt), "prompt_chars": chars}
+        return AgentWorkflowOutput(messages, info={**info, "metadata": sorted(ctx.metadata)})
+
+
 class ScriptedWorkflow(AgentWorkflow):
     """Follows the row's metadata, in this order:
 

@@ -25,7 +25,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class RunFlags:
-    """What to run and how: the spec, its overrides, the output, resuming, the display."""
+    """What to run and how: the spec, its overrides, the output, resuming, the display,
+    the breaker."""
 
     spec: Annotated[Path | None, typer.Option("--spec", "-s", help="YAML run spec.")] = None
     workflow: Annotated[
@@ -115,7 +116,44 @@ class RunFlags:
         typer.Option(help="K/N: run the rows whose index is K-1 modulo N (split across machines)."),
     ] = None
     plain: Annotated[bool, typer.Option("--plain", help="Same as --display plain.")] = False
+    rows: Annotated[
+        str | None,
+        typer.Option(
+            "--rows",
+            help="Run only these rows: indexes from 0 and inclusive ranges, e.g. 3,7,10-20.",
+        ),
+    ] = None
+    shuffle: Annotated[
+        bool | None,
+        typer.Option(
+            "--shuffle/--no-shuffle",
+            help="With --limit N: draw N rows at random (reproducible with --seed) instead of "
+            "the first N; rows still run in file order.",
+        ),
+    ] = None
+    dataset_format: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset-format",
+            help="auto (default: by extension, .csv, .parquet/.pq, else JSONL), jsonl, csv "
+            "or parquet.",
+        ),
+    ] = None
     env_file: EnvFileOption = None
+    breaker: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Stop starting rows once K rollouts in a row failed with the same cause "
+            "(infra_error, model_api_error, rate_limit) [default: the spec's, 5].",
+        ),
+    ] = None
+    no_breaker: Annotated[
+        bool,
+        typer.Option(
+            "--no-breaker", help="Never stop for failures that repeat (spec: breaker: off)."
+        ),
+    ] = False
 
 
 @dataclass(frozen=True)
@@ -166,7 +204,9 @@ class CIFlags:
         ),
     ] = False
     smoke_rows: Annotated[int, typer.Option(min=1, help="Rows in a --smoke run.")] = 5
-    seed: Annotated[int, typer.Option(help="Seed choosing the --smoke rows.")] = 0
+    seed: Annotated[
+        int | None, typer.Option(help="Seed choosing the --shuffle and --smoke rows [default: 0].")
+    ] = None
     fail_fast: Annotated[
         bool, typer.Option(help="Start no further rows after the first failed rollout.")
     ] = False

@@ -98,7 +98,10 @@ def harbor(
     *,
     dataset: Annotated[
         Path | None,
-        typer.Argument(help="JSONL dataset; without one, the task's instruction is the only row."),
+        typer.Argument(
+            help="Dataset (JSONL, CSV or Parquet); without one, the task's instruction "
+            "is the only row."
+        ),
     ] = None,
     task_dir: Annotated[
         Path | None, typer.Option(help="Harbor task directory every row runs in.")
@@ -162,7 +165,7 @@ def harbor(
         keep_trials=keep_trials,
         trials_dir=trials_dir,
     )
-    spec = load_run_spec(run, harbor=overrides)
+    spec = load_run_spec(run, harbor=overrides, seed=ci.seed)
     task = spec.harbor
     if task.task_dir is None and task.tasks_root is None:
         raise InputError("give --task-dir DIR (or harbor.task_dir in the spec)")

@@ -23,12 +23,15 @@ if TYPE_CHECKING:
 
 
 def load_run_spec(
-    run: RunFlags, isolation: str | None = None, harbor: HarborOverrides | None = None
+    run: RunFlags,
+    isolation: str | None = None,
+    harbor: HarborOverrides | None = None,
+    seed: int | None = None,
 ) -> RunSpec:
     """The spec ``--spec`` names (or an empty one) with the flags that set its fields laid
-    over it; puts its code dir first on ``sys.path``. Sets ``--env-file``'s variables
-    first, so that the spec's ``api_key_env`` checks find them. Raises
-    :class:`~osmo_run.errors.SpecError` naming every invalid field, and
+    over it (``seed``: the CI group's ``--seed``); puts its code dir first on ``sys.path``.
+    Sets ``--env-file``'s variables first, so that the spec's ``api_key_env`` checks find
+    them. Raises :class:`~osmo_run.errors.SpecError` naming every invalid field, and
     :class:`~osmo_run.errors.EnvFileError` for an env file that does not parse."""
     from osmo_run.errors import SpecError
     from osmo_run.run.envfile import apply_env_file
@@ -36,6 +39,11 @@ def load_run_spec(
     from osmo_run.sdk.imports import ensure_on_path
 
     check_display(run.display)
+    if run.no_breaker and run.breaker is not None:
+        raise SpecError(
+            f"--breaker {run.breaker} sets when the breaker stops a run and --no-breaker turns "
+            "it off; pass one of them"
+        )
     if run.env_file is not None:
         apply_env_file(run.env_file)
     overrides = SpecOverrides(
@@ -48,9 +56,14 @@ def load_run_spec(
         bad_rows=run.bad_rows,
         samples_per_row=run.samples,
         shard=run.shard,
+        rows=run.rows,
+        shuffle=run.shuffle,
+        seed=seed,
         isolation=isolation,
         agent_sec=run.agent_timeout,
         grader_sec=run.grader_timeout,
+        breaker=False if run.no_breaker else run.breaker,
+        dataset_format=run.dataset_format,
         harbor=harbor or HarborOverrides(),
     )
     try:
@@ -113,7 +126,7 @@ def run_settings(
         summary_md=ci.summary_md,
         json_summary=ci.json_summary,
         smoke_rows=ci.smoke_rows if ci.smoke else None,
-        seed=ci.seed,
+        seed=spec.seed,
         fail_fast=ci.fail_fast,
     )
 

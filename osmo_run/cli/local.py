@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 @takes_flag_groups
 def local(
     *,
-    dataset: Annotated[Path, typer.Argument(help="JSONL dataset, one row per line.")],
+    dataset: Annotated[Path, typer.Argument(help="Dataset: JSONL, CSV or Parquet (by extension).")],
     run: RunFlags,
     isolation: Annotated[
         str | None,
@@ -32,7 +32,7 @@ def local(
     """Run every row in this process (LocalBackend): the shortest debugging loop."""
     from osmo_run.backends.local import LocalBackend
 
-    spec = load_run_spec(run, isolation=isolation)
+    spec = load_run_spec(run, isolation=isolation, seed=ci.seed)
     settings = run_settings(
         dataset, spec, run, ci, backend_name="local", description=f"osmo-run local {dataset}"
     )

@@ -12,7 +12,7 @@ from osmo_run.cli.options import EnvFileOption
 
 def validate(
     spec: Annotated[Path | None, typer.Argument(help="YAML run spec.")] = None,
-    dataset: Annotated[Path | None, typer.Argument(help="JSONL dataset.")] = None,
+    dataset: Annotated[Path | None, typer.Argument(help="Dataset: JSONL, CSV or Parquet.")] = None,
     task_dir: Annotated[
         Path | None, typer.Option(help="Harbor task directory to check (and its environment).")
     ] = None,

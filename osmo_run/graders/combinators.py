@@ -109,6 +109,7 @@ async def _grade_part(part: Part, ctx: GraderContext) -> dict[str, Any]:
         config=instance.config,
         rollout_id=ctx.rollout_id,
         _artifacts_root=ctx._artifacts_root,
+        _artifacts_name=ctx._artifacts_name,
     )
     returned = await instance.grade(sub)
     if returned is not None:

@@ -101,15 +101,19 @@ def markdown_summary(
     results: Path, summary: RunSummary, failures: list[GateFailure], title: str
 ) -> str:
     """A Markdown report: verdict, counts, rewards, histogram and the failed rows."""
-    verdict = "❌ failed" if failures else "✅ passed"
+    trip = summary.breaker
+    verdict = "❌ failed" if failures or trip is not None else "✅ passed"
     lines = [f"## osmo-run: {markdown_text(title)} — {verdict}", ""]
     lines += [f"- {failure.line()}" for failure in failures]
+    if trip is not None:
+        lines.append(f"- {markdown_text(trip.line())}")
     if summary.not_run:
+        stopper = "fail-fast" if trip is None else "the breaker"
         lines.append(
-            f"- {summary.not_run} rollouts not run (fail-fast stopped the run); the gates "
+            f"- {summary.not_run} rollouts not run ({stopper} stopped the run); the gates "
             "count them as failures"
         )
-    if failures or summary.not_run:
+    if failures or trip is not None or summary.not_run:
         lines.append("")
 
     def fmt(value: float | None) -> str:

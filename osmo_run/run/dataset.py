@@ -1,20 +1,10 @@
 """Stream a JSONL dataset into :class:`ExecutionRequest` objects.
 
-Two row styles are accepted:
-
-* osmosis columns: ``user_prompt`` (and optional ``system_prompt``), ``ground_truth`` or
-  ``label``, ``metadata`` (an object or a JSON string of one);
-* chat: ``messages`` or ``prompt`` (a message list, or a string for one user message),
-  plus ``label``.
-
-Columns that say different things are refused rather than one chosen silently: two of
-``messages``/``prompt``/``user_prompt``, ``system_prompt`` without ``user_prompt``,
-``label`` and ``ground_truth`` with different values, an extra column and a ``metadata``
-key of the same name with different values. An empty prompt (``""`` or ``[]``) is refused.
-
-An optional ``id`` names the row; otherwise its line number does. Other columns are
-kept in the row's metadata. Blank lines are skipped. Reading never holds more than one
-line in memory, except the set of explicit ids used to refuse duplicates.
+Rows are read by :func:`osmo_run.run.rows.parse_row` (the row styles and their checks). An
+optional ``id`` names the row, any non-empty string or integer; otherwise its line number
+does. Ids are unique, and so are their safe names (:mod:`osmo_run.sdk.names`), the names of
+their directories. Blank lines are skipped. Reading never holds more than one line in
+memory, except a table of id hashes used to refuse duplicates.
 """
 
 from __future__ import annotations
@@ -24,25 +14,28 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from osmo_run.errors import DatasetError
+from osmo_run.run.columns import ColumnMap
+from osmo_run.run.readers import (
+    DatasetFormat,
+    Payload,
+    check_csv_header,
+    check_parquet_types,
+    choose_format,
+    columns,
+    read,
+    row_count_bound,
+    where,
+)
+from osmo_run.run.rows import RowError as _RowError
+from osmo_run.run.rows import check_id, parse_row, shown
 from osmo_run.run.seen import SeenHashes
+from osmo_run.run.selection import RowRanges
+from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import ExecutionRequest
 
-_KNOWN = frozenset(
-    {
-        "id",
-        "messages",
-        "prompt",
-        "user_prompt",
-        "system_prompt",
-        "label",
-        "ground_truth",
-        "metadata",
-    }
-)
-_MAX_ID_LENGTH = 128
+__all__ = ["Dataset", "DatasetRow", "id_clash", "parse_row"]
 
 
 @dataclass
@@ -58,155 +51,15 @@ class DatasetRow:
     """The row's ``id`` column named it (otherwise its line number did)."""
 
 
-class _RowError(ValueError):
-    pass
-
-
-def _check_id(value: object) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise _RowError(f"'id' must be a string or an integer, got {type(value).__name__}")
-    row_id = str(value)
-    if (
-        not row_id
-        or row_id in {".", ".."}
-        or "/" in row_id
-        or "\\" in row_id
-        or "\x00" in row_id
-        or len(row_id) > _MAX_ID_LENGTH
-    ):
-        raise _RowError(
-            f"'id' {row_id[:40]!r} must be 1-{_MAX_ID_LENGTH} characters without '/', '\\' "
-            "and not '.' or '..' (it names directories)"
-        )
-    return row_id
-
-
-def _messages(value: object, column: str) -> list[dict[str, Any]]:
-    if (isinstance(value, str | list)) and not value:  # one rule for "" and []
-        raise _RowError(f"'{column}' is empty: give a non-empty list of messages or string")
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if not isinstance(value, list):
-        raise _RowError(f"'{column}' must be a non-empty list of messages or a string")
-    for i, message in enumerate(value):
-        if not isinstance(message, dict):
-            raise _RowError(f'\'{column}[{i}]\' must be an object like {{"role": "user", ...}}')
-        if not isinstance(message.get("role"), str):
-            raise _RowError(f"'{column}[{i}]' has no string 'role'")
-    return value
-
-
-_PROMPT_COLUMNS = ("messages", "prompt", "user_prompt")
-
-
-def _prompt(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    given = [column for column in _PROMPT_COLUMNS if column in obj]
-    if len(given) > 1:
-        raise _RowError(f"'{given[0]}' and '{given[1]}' both give the prompt: keep one of them")
-    if given and given[0] != "user_prompt":
-        if "system_prompt" in obj:
-            raise _RowError(
-                f"'system_prompt' goes with 'user_prompt'; with '{given[0]}', put the system "
-                "message in it"
-            )
-        return _messages(obj[given[0]], given[0])
-    user = obj.get("user_prompt")
-    if user is None:
-        raise _RowError("row has no prompt: give 'messages', 'prompt' or 'user_prompt'")
-    if not isinstance(user, str):
-        raise _RowError(f"'user_prompt' must be a string, got {type(user).__name__}")
-    if not user:
-        raise _RowError("'user_prompt' is empty: give a non-empty string")
-    system = obj.get("system_prompt")
-    if system is not None and not isinstance(system, str):
-        raise _RowError(f"'system_prompt' must be a string, got {type(system).__name__}")
-    messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": user})
-    return messages
-
-
-def _shown(value: Any) -> str:
-    return repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
-
-
-def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    metadata = obj.get("metadata")
-    if isinstance(metadata, str) and metadata.strip():
-        try:
-            metadata = json.loads(metadata)
-        except json.JSONDecodeError:
-            raise _RowError("'metadata' is a string but not a JSON object") from None
-    if metadata is None or metadata == "":
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise _RowError(f"'metadata' must be an object, got {type(metadata).__name__}")
-    extra = {k: v for k, v in obj.items() if k not in _KNOWN}
-    for key, value in extra.items():
-        if key in metadata and metadata[key] != value:
-            raise _RowError(
-                f"'{key}' is a column and a 'metadata' key with different values "
-                f"({_shown(value)} and {_shown(metadata[key])}): keep one of them"
-            )
-    return {**metadata, **extra} if extra else metadata
-
-
-def _label(obj: dict[str, Any]) -> Any:
-    if "label" in obj and "ground_truth" in obj and obj["label"] != obj["ground_truth"]:
-        raise _RowError(
-            f"'label' and 'ground_truth' differ ({_shown(obj['label'])} and "
-            f"{_shown(obj['ground_truth'])}): give one of them"
-        )
-    label = obj.get("label", obj.get("ground_truth"))
-    return None if label == "" else label
-
-
-def parse_row(
-    obj: object,
-    line: int,
-    agent_timeout_sec: float | None,
-    grader_timeout_sec: float | None,
-) -> ExecutionRequest:
-    """Turn one decoded JSON line into a request; raise ``ValueError`` saying what is wrong."""
-    if not isinstance(obj, dict):
-        raise _RowError(f"a row must be a JSON object, got {type(obj).__name__}")
-    row_id = _check_id(obj["id"]) if "id" in obj else str(line)
-    return ExecutionRequest(
-        id=row_id,
-        prompt=_prompt(obj),
-        label=_label(obj),
-        metadata=_metadata(obj),
-        agent_timeout_sec=agent_timeout_sec,
-        grader_timeout_sec=grader_timeout_sec,
-    )
-
-
-def _lines(path: Path) -> Iterator[tuple[int, str | _RowError]]:
-    """Yield ``(line_number, text)``, or the error for a line that is not UTF-8."""
-    try:
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                yield number, _decode(number, raw)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: dataset file not found") from None
-    except IsADirectoryError:
-        raise DatasetError(f"{path}: is a directory; pass a .jsonl file") from None
-    except PermissionError as exc:
-        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror}") from None
-
-
-def _decode(number: int, raw: bytes) -> str | _RowError:
-    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]  # a UTF-8 byte-order mark says nothing about the rows
-    try:
-        return raw.rstrip(b"\r\n").decode("utf-8")  # JSON error columns count on this line
-    except UnicodeDecodeError as exc:
-        return _RowError(f"not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8")
-
-
 class Dataset:
-    """A JSONL file read lazily, as often as needed (validation pass, then the run).
+    """A dataset file (JSONL, CSV or Parquet; :mod:`osmo_run.run.readers`) read lazily, as
+    often as needed (validation pass, then the run).
 
-    ``limit`` keeps the first N rows. Timeouts are copied into every request.
+    ``fmt`` is ``jsonl``, ``csv`` or ``parquet`` (``None``/``auto``: by extension);
+    ``columns`` maps the file's columns to the row's roles.
+    ``limit`` keeps the first N rows; ``row_ranges``, ``pick``, ``shard`` and ``select``
+    narrow the selection as :mod:`osmo_run.run.selection` says. Timeouts are copied into
+    every request.
     """
 
     def __init__(
@@ -218,14 +71,32 @@ class Dataset:
         limit: int | None = None,
         shard: tuple[int, int] | None = None,
         select: frozenset[int] | None = None,
+        fmt: str | None = None,
+        columns: ColumnMap | None = None,
+        row_ranges: RowRanges | None = None,
+        pick: frozenset[int] | None = None,
     ) -> None:
         self.path = path
+        self.columns = columns or ColumnMap()
+        """Which column plays each role (:mod:`osmo_run.run.columns`)."""
+        self.format: DatasetFormat = choose_format(path, fmt)
         self._agent_timeout_sec = agent_timeout_sec
         self._grader_timeout_sec = grader_timeout_sec
         self._limit = limit
         self._shard = shard
         self.select = select
         """Row indexes to keep (a smoke subset); ``None`` keeps every row."""
+        self.row_ranges = row_ranges
+        """``--rows``: the row indexes to keep; ``None`` keeps every row."""
+        self.pick = pick
+        """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
+        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
+        self._unit = "line" if self.format == "jsonl" else "row"
+        self._total: int | None = None
+
+    def where(self, number: int) -> str:
+        """The position of the row at ``number`` for messages (``file:line``, ``file:row N``)."""
+        return where(self.path, self.format, number)
 
     def content_sha256(self) -> str:
         """The hash of the file's bytes: a run is defined by its data, not its path."""
@@ -235,35 +106,63 @@ class Dataset:
                 digest.update(chunk)
         return digest.hexdigest()
 
-    def _selected_lines(
-        self, whole_selection: bool = False
-    ) -> Iterator[tuple[int, int, str | _RowError]]:
-        """``(index, line number, text)`` of every selected non-blank line (see :meth:`rows`)."""
-        lines = (
-            item for item in _lines(self.path) if not isinstance(item[1], str) or item[1].strip()
-        )
+    def _selected_lines(self, whole_selection: bool = False) -> Iterator[tuple[int, int, Payload]]:
+        """``(index, number, payload)`` of every selected row (see :meth:`rows` and
+        :mod:`osmo_run.run.selection`)."""
         shard = None if whole_selection else self._shard
-        for index, (number, text) in enumerate(lines):
-            if self._limit is not None and index >= self._limit:
+        ranges, pick = self.row_ranges, self.pick
+        eligible = kept = -1
+        for index, (number, payload) in enumerate(read(self.path, self.format)):
+            if ranges is not None:
+                if index > ranges.last:
+                    return
+                if index not in ranges:
+                    continue
+            eligible += 1
+            if pick is not None:
+                if eligible not in pick:
+                    continue
+            elif self._limit is not None and eligible >= self._limit:
                 return
-            if shard is not None and index % shard[1] != shard[0] - 1:
+            kept += 1
+            if pick is not None and kept == len(pick) - 1:
+                ranges = RowRanges(((index, index),))  # the last one drawn: read no further
+            if shard is not None and kept % shard[1] != shard[0] - 1:
                 continue
             if self.select is not None and not whole_selection and index not in self.select:
                 continue
-            yield index, number, text
+            yield index, number, payload
+
+    def total_rows(self) -> int:
+        """How many rows the file has (blank JSONL lines not counted), without parsing one:
+        Parquet's metadata, else one pass of the reader."""
+        if self._total is None:
+            if self.format == "parquet":
+                self._total = max(0, row_count_bound(self.path, self.format) - 1)
+            else:
+                self._total = sum(1 for _ in read(self.path, self.format))
+        return self._total
+
+    def eligible_rows(self) -> int:
+        """How many rows ``row_ranges`` keeps (all rows without it), before ``limit``,
+        ``pick`` and ``shard``: what ``--shuffle`` draws from."""
+        total = self.total_rows()
+        if self.row_ranges is None:
+            return total
+        return sum(max(0, min(high, total - 1) - low + 1) for low, high in self.row_ranges.ranges)
 
     def rows(self, whole_selection: bool = False) -> Iterator[DatasetRow]:
         """Yield every selected row, bad ones with ``error`` set, in file order.
 
-        ``index`` counts rows within ``limit``; a shard ``(K, N)`` keeps the rows whose
-        index is ``K-1`` modulo ``N`` unless ``whole_selection``.
+        ``index`` is the row's place in the file (from 0: results' ``row_index``). A shard
+        ``(K, N)`` keeps every N-th row of the selection from the K-th (all rows selected:
+        those whose index is ``K-1`` modulo ``N``), and ``select`` its subset, unless
+        ``whole_selection``.
         """
-        for index, number, text in self._selected_lines(whole_selection):
+        for index, number, payload in self._selected_lines(whole_selection):
             obj: object = None
             try:
-                if isinstance(text, _RowError):
-                    raise text
-                obj = json.loads(text)
+                obj = self.columns.apply(_decoded(payload))
                 request = parse_row(obj, number, self._agent_timeout_sec, self._grader_timeout_sec)
                 explicit = isinstance(obj, dict) and "id" in obj
                 yield DatasetRow(index, number, request.id, request, explicit_id=explicit)
@@ -274,24 +173,27 @@ class Dataset:
                     else "JSON nested too deeply"
                 )
                 yield DatasetRow(
-                    index, number, str(number), None, f"{self.path}:{number}: {reason}"
+                    index, number, str(number), None, f"{self.where(number)}: {reason}"
                 )
             except _RowError as exc:
                 row_id = str(obj.get("id", number)) if isinstance(obj, dict) else str(number)
-                yield DatasetRow(index, number, row_id, None, f"{self.path}:{number}: {exc}")
+                yield DatasetRow(index, number, row_id, None, f"{self.where(number)}: {exc}")
 
     def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
         """Read every selected row once; return ``(row_count, problems)``.
 
-        Raises :class:`DatasetError` for an empty dataset, duplicate ids, and, when
+        Raises :class:`DatasetError` for an empty dataset, duplicate ids, two ids of one
+        safe name (:func:`~osmo_run.sdk.names.safe_name`), and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
         A shard that selects no row of a dataset that has rows is ``(0, [])``: in an array
         job of more shards than rows, the extra jobs succeed with nothing to do.
         """
+        self.check_columns()
         count = 0
         problems: list[str] = []
-        # Hashes, not ids: ~6 bytes a row instead of ~130 for a dict of ids. An id the table
-        # may have seen is a suspect, confirmed (with its lines) in a second pass.
+        # Hashes of safe names, not ids: ~6 bytes a row instead of ~130 for a dict of ids; the
+        # same id has the same name, so this finds both kinds of clash. A name the table may
+        # have seen is a suspect, confirmed (with its lines) in a second pass.
         expected = 0
         seen_ids: SeenHashes | None = None
         numeric_ids: SeenHashes | None = None
@@ -313,13 +215,15 @@ class Dataset:
                 line_named = True
                 continue  # a line-number id is unique; remembering it would cost memory per row
             if seen_ids is None:
-                expected = self._line_count()
+                expected = row_count_bound(self.path, self.format)
                 seen_ids = SeenHashes(expected)
-            if seen_ids.add(hash(row.row_id)):
-                suspects.add(row.row_id)
-            if row.row_id.isdigit():
+            name = safe_name(row.row_id)
+            if seen_ids.add(hash(name)):
+                suspects.add(name)
+            if name.isascii() and name.isdigit():  # the name is the id: like a line number's
                 numeric_ids = numeric_ids or SeenHashes(expected)
-                numeric_ids.add(int(row.row_id))
+                numeric_ids.add(int(name))
+        self._check_ranges()
         if count == 0:
             if not self._selects_part() or next(self.rows(whole_selection=True), None) is None:
                 raise DatasetError(f"{self.path}: the dataset has no rows")
@@ -328,7 +232,7 @@ class Dataset:
             # An explicit numeric id may equal another row's line number (its implicit id):
             # a second pass that only datasets mixing both kinds of id pay for.
             suspects.update(
-                str(line)
+                str(line)  # a line number is its own safe name
                 for _, line, row_id, explicit in self._ids(bad_lines)
                 if not explicit and line in numeric_ids
             )
@@ -336,30 +240,34 @@ class Dataset:
             self._raise_first_duplicate(suspects, bad_lines)
         return count, problems
 
-    def _line_count(self) -> int:
-        """How many lines the file has (an upper bound of its rows), read at C speed; 0 when
-        it cannot be read (reading its rows says why)."""
-        count = 0
-        try:
-            with open(self.path, "rb") as handle:
-                while chunk := handle.read(1 << 20):
-                    count += chunk.count(b"\n")
-        except OSError:
-            return 0
-        return count + 1
+    def check_columns(self) -> None:
+        """Refuse a file whose columns (a CSV header, a Parquet schema) cannot be read as
+        rows: a CSV whose first line names none of the columns read is data, not a header."""
+        names = columns(self.path, self.format)
+        if names is None:
+            return
+        if not self.columns.is_empty():
+            try:
+                self.columns.check_columns(str(self.path), names)
+            except _RowError as exc:
+                raise DatasetError(str(exc)) from None
+        elif self.format == "csv":
+            check_csv_header(self.path, names)
+        if self.format == "parquet":
+            check_parquet_types(self.path, self.columns.role_columns())
 
     def _ids(self, bad_lines: set[int]) -> Iterator[tuple[int, int, str, bool]]:
         """``(index, line, id, explicit)`` of each selected row but ``bad_lines``, reading no
         more than its id (the confirming pass of the duplicate check)."""
-        for index, number, text in self._selected_lines():
-            if isinstance(text, _RowError) or number in bad_lines:
+        for index, number, payload in self._selected_lines():
+            if number in bad_lines:
                 continue
             try:
-                obj = json.loads(text)
+                obj = self.columns.apply(_decoded(payload))
                 if not isinstance(obj, dict):
                     continue
                 explicit = "id" in obj
-                yield index, number, _check_id(obj["id"]) if explicit else str(number), explicit
+                yield index, number, check_id(obj["id"]) if explicit else str(number), explicit
             except (ValueError, RecursionError):  # a bad row: already reported
                 continue
 
@@ -367,16 +275,45 @@ class Dataset:
         """Whether a shard or a subset leaves rows of the file out."""
         return self._shard is not None or self.select is not None
 
-    def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
-        first_line: dict[str, int] = {}
-        for _, line, row_id, _ in self._ids(bad_lines):
-            if row_id in suspects:
-                if row_id in first_line:
-                    raise self._duplicate(row_id, first_line[row_id], line)
-                first_line[row_id] = line
+    def _check_ranges(self) -> None:
+        """Refuse ``--rows`` naming a row past the end of the file (a typo, or the wrong
+        file): running fewer rows than asked for would pass unnoticed."""
+        if self.row_ranges is None:
+            return
+        total = self.total_rows()
+        if self.row_ranges.last >= total:
+            where = f"indexes 0-{total - 1}" if total else "none"
+            raise DatasetError(
+                f"{self.path}: --rows {self.row_ranges} names row {self.row_ranges.last}, but "
+                f"the file has {total} rows ({where}; rows are counted from 0)"
+            )
 
-    def _duplicate(self, row_id: str, first: int, again: int) -> DatasetError:
-        return DatasetError(
-            f"{self.path}:{again}: duplicate id {row_id!r} (first at line {first}); "
-            "ids must be unique"
-        )
+    def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
+        first: dict[str, tuple[str, int]] = {}
+        for _, line, row_id, _ in self._ids(bad_lines):
+            name = safe_name(row_id)
+            if name in suspects:
+                if name in first:
+                    raise self._duplicate(row_id, line, *first[name])
+                first[name] = (row_id, line)
+
+    def _duplicate(self, row_id: str, again: int, first_id: str, first: int) -> DatasetError:
+        return DatasetError(id_clash(self.where(again), row_id, first_id, f"{self._unit} {first}"))
+
+
+def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
+    """The message for the row at ``at`` (``file:line``) whose id, or its safe name, is that
+    of the row ``first_id`` at ``first`` (``line 3``, ``row 3``)."""
+    if row_id == first_id:
+        return f"{at}: duplicate id {shown(row_id)} (first at {first}); ids must be unique"
+    return (
+        f"{at}: id {shown(row_id)} and id {shown(first_id)} ({first}) have the same file "
+        f"name {safe_name(row_id)!r}; rename one of them"
+    )
+
+
+def _decoded(payload: Payload) -> object:
+    """A reader's payload as the row object: JSONL text decoded, a reader's error raised."""
+    if isinstance(payload, _RowError):
+        raise payload
+    return json.loads(payload) if isinstance(payload, str) else payload

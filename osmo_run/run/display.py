@@ -70,7 +70,8 @@ class Display:
         """A rollout's final result was recorded."""
 
     def message(self, text: str) -> None:
-        """A line for the person watching (an interrupt, fail-fast)."""
+        """A line for the person watching (an interrupt, fail-fast, the breaker), shown
+        as it is: never read as markup."""
 
     def tick(self) -> None:
         """About once a second, for displays that print on a clock."""
@@ -215,15 +216,15 @@ class LiveDisplay(Display):
         now = time.monotonic()
         in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1].started)
         running = Table(title=f"in flight ({len(in_flight)})", title_justify="left", expand=False)
-        running.add_column("row")
+        running.add_column("row", max_width=40)
         running.add_column("phase")
         running.add_column("elapsed", justify="right")
         for row_id, entry in in_flight[: self._max_in_flight]:
-            running.add_row(row_id, entry.phase_text(now), f"{now - entry.started:.1f}s")
+            running.add_row(_id_cell(row_id), entry.phase_text(now), f"{now - entry.started:.1f}s")
         if len(in_flight) > self._max_in_flight:
             running.add_row(f"… {len(in_flight) - self._max_in_flight} more", "", "")
         recent = Table(title="last finished", title_justify="left")
-        recent.add_column("row")
+        recent.add_column("row", max_width=40)
         recent.add_column("status")
         recent.add_column("reward", justify="right")
         recent.add_column("category")
@@ -240,7 +241,7 @@ class LiveDisplay(Display):
             reward = "-" if result.reward is None else f"{result.reward:g}"
             category = result.error_category.value if result.error_category else ""
             cells: list[RenderableType] = [
-                result.rollout_id,
+                _id_cell(result.rollout_id),
                 Text(status, style=_STATUS_STYLE.get(status, "")),
                 reward,
                 category,
@@ -293,12 +294,20 @@ class LiveDisplay(Display):
         self._counts.add(result)
 
     def message(self, text: str) -> None:
-        self._console.print(text)
+        # plain text: a breaker's line quotes an error message, whose "[/tmp]" is no markup
+        lines = "\n".join(one_line(line) for line in text.splitlines())
+        self._console.print(lines, markup=False, highlight=False)
 
     def stop(self) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def _id_cell(row_id: str) -> Text:
+    """A row id as a table cell: as it is but with control characters visible, never read
+    as rich markup (``[red]`` is an id like any other), cut at the cell's edge."""
+    return Text(one_line(row_id), no_wrap=True, overflow="ellipsis")
 
 
 def make_display(kind: str, console: Console) -> Display:
@@ -386,6 +395,23 @@ def _passes_text(summary: RunSummary) -> str:
     return passes
 
 
+def _stopped_row(summary: RunSummary) -> tuple[str, str]:
+    """The summary's row for a run that stopped starting rows: fail-fast's or the
+    breaker's, with what was not run."""
+    trip = summary.breaker
+    if trip is None:
+        name, stopped = "fail-fast", "stopped starting rows after the first failed rollout"
+    else:
+        name = "breaker"
+        stopped = (
+            f"stopped starting rows after {trip.after} rollouts in a row failed with "
+            f"{trip.category}"
+        )
+    if summary.not_run:
+        stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
+    return name, stopped
+
+
 def render_summary(summary: RunSummary) -> RenderableType:
     """The end-of-run report: statuses, rewards with their uncertainty, coverage, pass
     rate and pass@k, durations, model tokens, the error histogram, and where the output
@@ -438,9 +464,6 @@ def render_summary(summary: RunSummary) -> RenderableType:
     if summary.output:
         table.add_row("output", summary.output)
     if summary.stopped_early:
-        stopped = "stopped starting rows after the first failed rollout"
-        if summary.not_run:
-            stopped += f"; {summary.not_run} rollouts not run, counted as failures by the gates"
-        table.add_row("fail-fast", stopped)
+        table.add_row(*_stopped_row(summary))
     title = "Run summary (interrupted)" if summary.interrupted else "Run summary"
     return Group(Text(title, style="bold underline"), table)

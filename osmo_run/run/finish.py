@@ -19,15 +19,20 @@ from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
 from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.summary import RunSummary
+from osmo_run.run.text import one_line
 
 
 def exit_code_for(summary: RunSummary, failures: list[GateFailure] | None = None) -> ExitCode:
     """The exit code of a finished run given the gates it failed (see :class:`ExitCode`).
 
-    ``failures`` defaults to the verdict without gates (any failed rollout fails).
+    ``failures`` defaults to the verdict without gates (any failed rollout fails). A run
+    the breaker stopped is :attr:`ExitCode.SYSTEMIC_FAILURE` whatever the gates say: what
+    it ran says nothing about the rows it did not start.
     """
     if summary.interrupted:
         return ExitCode.INTERRUPTED
+    if summary.breaker is not None:
+        return ExitCode.SYSTEMIC_FAILURE
     if failures is None:
         failures = evaluate(summary, Gates())
     if not failures:
@@ -74,13 +79,17 @@ def finish_run(plan: RunPlan, summary: RunSummary, console: Console, title: str)
     console.print(render_summary(summary))
     for failure in failures if settings.gates.given else []:
         console.print(failure.line(), style="red", markup=False, soft_wrap=True)
+    if summary.breaker is not None:
+        unit = "rows" if plan.samples == 1 else "rollouts"
+        line = one_line(summary.breaker.line(unit))
+        console.print(line, style="red", markup=False, soft_wrap=True)
     problems += _write_ci_reports(plan, summary, failures, title)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if settings.json_summary:
         verdict = {
             "exit_code": int(code),
-            "passed": not failures and not summary.interrupted,
+            "passed": not failures and not summary.interrupted and summary.breaker is None,
             "gate_failures": [vars(f) for f in failures],
             "run_dir": str(plan.paths.directory),
             "summary": summary.to_dict(),

@@ -40,6 +40,7 @@ _NOT_MASKED = frozenset(
         "schema_version",
         "row_id",
         "rollout_id",
+        "safe_name",  # derived from the row id: the name of the rollout's artifacts directory
         "row_index",
         "sample_index",
         "line",

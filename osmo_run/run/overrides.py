@@ -45,9 +45,16 @@ class SpecOverrides:
     bad_rows: str | None = None
     samples_per_row: int | None = None
     shard: str | None = None
+    rows: str | None = None
+    shuffle: bool | None = None
+    seed: int | None = None
     isolation: str | None = None
     agent_sec: float | None = None
     grader_sec: float | None = None
+    breaker: int | bool | None = None
+    """``--breaker K`` (a number) or ``--no-breaker`` (``False``): ``RunSpec.breaker``."""
+    dataset_format: str | None = None
+    """``--dataset-format``: ``dataset.format``."""
     harbor: HarborOverrides = field(default_factory=HarborOverrides)
 
     def top_level(self) -> dict[str, Any]:
@@ -61,7 +68,11 @@ class SpecOverrides:
             "bad_rows": self.bad_rows,
             "samples_per_row": self.samples_per_row,
             "shard": self.shard,
+            "rows": self.rows,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
             "isolation": self.isolation,
+            "breaker": self.breaker,
         }
 
 
@@ -84,6 +95,8 @@ def spec_with_overrides(spec_path: Path | None, overrides: SpecOverrides) -> Run
     data.update(_given(overrides.top_level()))
     timeouts = {"agent_sec": overrides.agent_sec, "grader_sec": overrides.grader_sec}
     data["timeouts"] = {**(data.get("timeouts") or {}), **_given(timeouts)}
+    dataset = {"format": overrides.dataset_format}
+    data["dataset"] = {**(data.get("dataset") or {}), **_given(dataset)}
     harbor = vars(overrides.harbor)
     data["harbor"] = {**(data.get("harbor") or {}), **_given(harbor)}
     try:

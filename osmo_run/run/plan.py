@@ -18,6 +18,7 @@ from osmo_run import __version__
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import Manifest
 from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.selection import shuffled_pick
 from osmo_run.run.settings import RunSettings
 from osmo_run.run.spec import RunSpec
 from osmo_run.sdk.context import LLMEndpoint
@@ -84,14 +85,26 @@ def plan_run(settings: RunSettings) -> RunPlan:
 
 
 def _dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) -> Dataset:
-    return Dataset(
+    dataset = Dataset(
         path,
         agent_timeout_sec=spec.timeouts.agent_sec,
         grader_timeout_sec=spec.timeouts.grader_sec,
         limit=spec.limit,
         shard=spec.shard_tuple(),
         select=select,
+        fmt=spec.dataset.format,
+        columns=spec.dataset.column_map(),
+        row_ranges=spec.row_ranges(),
     )
+    return with_shuffle(dataset, spec.limit if spec.shuffle else None, spec.seed)
+
+
+def with_shuffle(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
+    """``dataset`` keeping ``limit`` rows drawn at random with ``seed`` (``--shuffle``)
+    from those its ``--rows`` keeps; as it is when ``limit`` is ``None``."""
+    if limit is not None:
+        dataset.pick = shuffled_pick(dataset.eligible_rows(), limit, seed)
+    return dataset
 
 
 def smoke_spec(spec: RunSpec) -> RunSpec:
@@ -136,7 +149,13 @@ def build_manifest(
         "rows": rows,
         "limit": spec.limit,
         "shard": spec.shard,
+        # only when set: the run ids of runs without them stay what they were
+        **({} if spec.rows is None else {"row_selection": spec.rows}),
+        **({"shuffle_seed": spec.seed} if spec.shuffle else {}),
         "samples_per_row": spec.samples_per_row,
+        # only what is not the default: the run ids of JSONL runs stay what they were
+        **({} if dataset.format == "jsonl" else {"dataset_format": dataset.format}),
+        **({} if dataset.columns.is_empty() else {"dataset_columns": _columns(dataset)}),
         # only when set: the run ids of runs without it stay what they were
         **({"grade_without_label": True} if spec.grade_without_label else {}),
         **backend_identity,
@@ -150,9 +169,15 @@ def build_manifest(
         **({} if spec.judge is None else {"judge_base_url": spec.judge.base_url}),
         "pass_threshold": spec.pass_threshold,
         "retries": spec.retries.model_dump(),
+        "breaker": spec.breaker,  # when to stop for one repeated cause: never the results
         **settings.info,
     }
     return Manifest(defining=defining, info=info, dataset_name=settings.dataset.stem)
+
+
+def _columns(dataset: Dataset) -> dict[str, Any]:
+    """The column mapping as the manifest records it (and regrade reads it back)."""
+    return {k: v for k, v in dataclasses.asdict(dataset.columns).items() if v is not None}
 
 
 def with_model_server(

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.types import ExecutionResult
 
 SCHEMA_VERSION = 1
@@ -65,6 +66,9 @@ class OutputRecord(BaseModel):
     schema_version: Literal[1]
     row_id: str
     rollout_id: str
+    safe_name: str | None = None
+    """The rollout's file-system name (its ``artifacts/`` directory; see
+    :mod:`osmo_run.sdk.names`): ids are data and never paths. Absent in older files."""
     row_index: int
     sample_index: int
     line: int
@@ -127,15 +131,19 @@ def record_dict(
     sample_index: int = 0,
     attempt: int = 1,
     attempts: list[dict[str, Any]] | None = None,
+    safe_name: str | None = None,
 ) -> dict[str, Any]:
     """The JSON object for one finished rollout (see :class:`OutputRecord`): where it sits
-    in the dataset, its attempts, and ``result.to_dict()``. ``ExecutionResult.from_dict``
-    reads a record back into a result."""
+    in the dataset, its safe name (default: derived from the row id and sample), its
+    attempts, and ``result.to_dict()``. ``ExecutionResult.from_dict`` reads a record back
+    into a result."""
     data = result.to_dict()
+    rollout_id = data.pop("rollout_id")
     return {
         "schema_version": SCHEMA_VERSION,
         "row_id": row_id,
-        "rollout_id": data.pop("rollout_id"),
+        "rollout_id": rollout_id,
+        "safe_name": safe_name or _derived_name(row_id, rollout_id, sample_index),
         "row_index": row_index,
         "sample_index": sample_index,
         "line": line,
@@ -143,6 +151,24 @@ def record_dict(
         "attempts": attempts or [],
         **data,
     }
+
+
+def _derived_name(row_id: str, rollout_id: str, sample_index: int) -> str:
+    """The name :func:`osmo_run.run.runner.work_items` gives a rollout: the row's safe name,
+    with ``~k`` when the row runs several times (its rollout id is then not the row id)."""
+    sample = None if rollout_id == row_id else sample_index
+    return rollout_name(safe_name(row_id), sample)
+
+
+def record_safe_name(record: dict[str, Any]) -> str:
+    """The safe name of a recorded rollout: its ``safe_name``, or (files written before
+    it was recorded) the one derived from its ids."""
+    name = record.get("safe_name")
+    if isinstance(name, str) and name:
+        return name
+    row_id = str(record.get("row_id"))
+    rollout_id = str(record.get("rollout_id", row_id))
+    return _derived_name(row_id, rollout_id, int(record.get("sample_index") or 0))
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr)

@@ -22,12 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
+from osmo_run.run.columns import column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import Manifest, write_manifest
 from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import record_dict, record_line
+from osmo_run.run.plan import with_shuffle
+from osmo_run.run.records import record_dict, record_line, record_safe_name
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.selection import parse_rows
 from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
 from osmo_run.run.summary import RunSummary
 from osmo_run.sdk.config import GraderConfig
@@ -51,12 +54,18 @@ def _requests(run: LoadedRun) -> tuple[dict[int, ExecutionRequest], Manifest]:
         grader_timeout_sec=timeouts.get("grader_sec"),
         limit=defining.get("limit"),
         shard=parse_shard(shard) if shard else None,
+        fmt=defining.get("dataset_format", "jsonl"),
+        columns=column_map(None, **(defining.get("dataset_columns") or {})),
+        row_ranges=parse_rows(selection) if (selection := defining.get("row_selection")) else None,
     )
     if not dataset_path.is_file() or dataset.content_sha256() != defining.get("dataset_sha256"):
         raise InputError(
             f"{dataset_path}: the run's dataset is missing or changed since the run; "
             "regrade needs the same rows (their labels)"
         )
+    shuffled = defining.get("shuffle_seed")
+    if shuffled is not None:  # the same draw: same seed, same rows to draw from
+        dataset = with_shuffle(dataset, defining.get("limit"), int(shuffled))
     requests = {row.index: row.request for row in dataset.rows() if row.request is not None}
     return requests, manifest
 
@@ -230,7 +239,8 @@ class _Regrader:
             backend=saved.backend,
             usage=saved.usage,
         )
-        request = dataclasses.replace(request, id=saved.rollout_id)  # row~k: the grader's own id
+        # row~k: the grader's own id; its artifacts where the workflow wrote them
+        request = dataclasses.replace(request, id=saved.rollout_id, name=record_safe_name(record))
         skip = grader_skip_reason(
             request,
             True,
@@ -259,4 +269,5 @@ class _Regrader:
             int(record.get("sample_index", 0)),
             int(record.get("attempt", 1)),
             list(record.get("attempts") or []),
+            record_safe_name(record),
         )

@@ -20,6 +20,7 @@ from osmo_run.run.manifest import Manifest, read_manifest
 from osmo_run.run.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
 from osmo_run.run.spec import parse_shard
 from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.run.text import one_line
 
 
 @dataclass
@@ -251,7 +252,7 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
     table.add_row("reward", f"mean change B - A over common rows: {delta} (no reward = 0)")
 
     def listing(names: list[str]) -> str:
-        shown = ", ".join(names[:20])
+        shown = ", ".join(one_line(name) for name in names[:20])  # ids are data
         return f"{len(names)}" + (f": {shown}" if names else "") + (" …" if len(names) > 20 else "")
 
     table.add_row("now passing", Text(listing(diff.newly_passing), style="green"))
@@ -264,7 +265,7 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
     if biggest:
         table.add_row(
             "largest changes",
-            "\n".join(f"{name}: {ra} -> {rb}" for name, ra, rb in biggest),
+            Text("\n".join(f"{one_line(name)}: {ra} -> {rb}" for name, ra, rb in biggest)),
         )
     names = sorted(set(diff.categories_a) | set(diff.categories_b))
     if names:

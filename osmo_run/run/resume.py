@@ -5,12 +5,15 @@ to run again, and the statistics of the kept ones (``--resume``, ``--retry-error
 torn last line, moves rollouts to rerun into the attempts file, or clears the run with
 ``--overwrite``. It refuses (:class:`~osmo_run.errors.InputError`) to continue a run whose
 defining fields changed. ``--resume`` where there is no run yet starts one (a requeued job
-repeats one command); ``--retry-errors`` alone with nothing to retry is refused.
+repeats one command); ``--retry-errors`` alone with nothing to retry is refused. After the
+breaker stopped a run, ``--resume`` also reruns the rollouts that failed with the cause it
+stopped on (read from the run's summary), so the fixed run holds every row once, passed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
+from osmo_run.run.breaker import cause_of_trip, failure_cause
 from osmo_run.run.manifest import Manifest, read_manifest
 from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
-from osmo_run.run.records import attempts_before_rerun
+from osmo_run.run.records import attempts_before_rerun, record_safe_name
 from osmo_run.run.runfiles import (
     BadLine,
     RunPaths,
@@ -30,6 +34,7 @@ from osmo_run.run.runfiles import (
     rewrite_without,
 )
 from osmo_run.run.summary import SummaryBuilder
+from osmo_run.sdk.names import rollout_name, safe_name
 
 
 @dataclass
@@ -129,12 +134,13 @@ def _remove_old_artifacts(plan: RunPlan) -> None:
     stale: set[str] = set()
     for source in (plan.paths.results, plan.paths.attempts):
         if source.is_file():
-            stale.update(str(record.get("rollout_id")) for record in iter_records(source))
+            stale.update(record_safe_name(record) for record in iter_records(source))
     for row in plan.dataset.rows():
+        name = safe_name(row.row_id)
         if plan.samples == 1:
-            stale.add(row.row_id)
+            stale.add(name)
         else:
-            stale.update(f"{row.row_id}~{k}" for k in range(plan.samples))
+            stale.update(rollout_name(name, k) for k in range(plan.samples))
     for name in present & stale:
         shutil.rmtree(artifacts / name, ignore_errors=True)
     with contextlib.suppress(OSError):
@@ -162,6 +168,8 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     """Count the finished rollouts that stay, and move those to rerun out of the results."""
     categories = plan.settings.retry_errors
     samples = plan.samples
+    tripped_on = _breaker_cause(plan)
+    tripped_reruns = 0
     drop: set[tuple[str, int]] = set()
     done = bytearray()
     # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
@@ -176,6 +184,8 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
             and status == "failure"
             and (not categories or record.get("error_category") in categories)
         )
+        if not rerun and tripped_on is not None and _failed_with(record, tripped_on):
+            rerun, tripped_reruns = True, tripped_reruns + 1
         if rerun:
             drop.add((str(record["row_id"]), sample))
             state.earlier[position] = attempts_before_rerun(record)
@@ -189,7 +199,32 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         raise InputError(_bad_line_message(plan.paths.results, bad[0]))
     state.rerun = rewrite_without(plan.paths, drop)
     state.done, state.only = done, only
+    if tripped_on is not None:
+        state.note = (
+            f"--resume: the breaker stopped this run on {tripped_on.partition(':')[0]}; the "
+            f"{tripped_reruns} rollouts that failed with its cause run again, with the rows "
+            "not started"
+        )
     return state
+
+
+def _breaker_cause(plan: RunPlan) -> str | None:
+    """For ``--resume``: the cause on which the breaker stopped the run being continued,
+    read from its saved summary (``None``: it did not stop, or there is no summary)."""
+    if not plan.settings.resume:
+        return None
+    try:
+        summary = json.loads(plan.paths.summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # killed before its summary was written: nothing tripped
+        return None
+    return cause_of_trip(summary if isinstance(summary, dict) else None)
+
+
+def _failed_with(record: dict[str, Any], cause: str) -> bool:
+    """Whether the output ``record`` is a failure with the breaker's ``cause``."""
+    ids = (str(record.get("rollout_id") or ""), str(record.get("row_id") or ""))
+    category, message = record.get("error_category"), record.get("error_message")
+    return record.get("status") == "failure" and failure_cause(category, message, ids) == cause
 
 
 def _bad_line_message(results: Path, bad: BadLine) -> str:

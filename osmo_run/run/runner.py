@@ -3,12 +3,15 @@
 The runner is the same for every backend. It keeps at most ``window`` rows in flight
 (so memory does not grow with the dataset), writes each finished row to the output at
 once, and on :meth:`Runner.interrupt` stops dispatching and records in-flight rows as
-cancelled.
+cancelled. When its :class:`~osmo_run.run.breaker.Breaker` trips (rollouts in a row failing
+with one systemic cause) it stops dispatching too, but lets the rows in flight finish and
+records them as they end; only their retries of that same failure are dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase
+from osmo_run.run.breaker import Breaker, BreakerTrip
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
 from osmo_run.run.output import OutputWriter
@@ -23,6 +27,7 @@ from osmo_run.run.records import attempt_dict, record_dict, record_line
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
     ErrorCategory,
@@ -54,6 +59,11 @@ class WorkItem:
     def rollout_id(self) -> str:
         return self.request.id if self.request is not None else self.row.row_id
 
+    @property
+    def safe_name(self) -> str:
+        """The rollout's file-system name (see :mod:`osmo_run.sdk.names`)."""
+        return self.request.safe_name if self.request is not None else safe_name(self.row.row_id)
+
 
 def work_items(
     rows: Iterable[DatasetRow],
@@ -70,7 +80,8 @@ def work_items(
                 continue
             request = row.request
             if request is not None and samples_per_row > 1:
-                request = dataclasses.replace(request, id=f"{request.id}~{sample_index}")
+                name = rollout_name(request.safe_name, sample_index)
+                request = dataclasses.replace(request, id=f"{request.id}~{sample_index}", name=name)
             before = earlier(row.index, sample_index) if earlier is not None else None
             yield WorkItem(row, sample_index, request, before)
 
@@ -86,9 +97,11 @@ class Runner:
     """Runs work items through ``backend`` and records each exactly once.
 
     A failed attempt whose category ``retry`` covers is tried again after a backoff; the
-    record keeps the earlier attempts. ``writer`` errors
-    (:class:`~osmo_run.errors.OutputError`) stop the run: nothing is dispatched after the
-    first failed write, and the error propagates from :meth:`run`.
+    record keeps the earlier attempts. ``breaker`` (none: never) sees every final result;
+    once it trips no further item is dispatched, the items in flight run to their end
+    (without retrying the failure it tripped on) and the summary's ``breaker`` says why.
+    ``writer`` errors (:class:`~osmo_run.errors.OutputError`) stop the run: nothing is
+    dispatched after the first failed write, and the error propagates from :meth:`run`.
     """
 
     def __init__(
@@ -100,6 +113,7 @@ class Runner:
         retry: RetryPolicy = NO_RETRIES,
         stats: SummaryBuilder | None = None,
         fail_fast: bool = False,
+        breaker: Breaker | None = None,
     ) -> None:
         self._backend = backend
         self._writer = writer
@@ -114,6 +128,9 @@ class Runner:
         self._stopped_early = False
         self._fatal: BaseException | None = None
         self._wake: asyncio.Event | None = None
+        self._breaker = breaker
+        self._halt: asyncio.Event | None = None
+        """Set when the breaker trips: wakes rows waiting to retry."""
         backend.set_progress_listener(display.row_phase)
 
     @property
@@ -149,7 +166,14 @@ class Runner:
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
             record = record_dict(
-                row.row_id, row.index, row.line, result, item.sample_index, attempt, attempts
+                row.row_id,
+                row.index,
+                row.line,
+                result,
+                item.sample_index,
+                attempt,
+                attempts,
+                item.safe_name,
             )
             record = self._writer.mask_record(record)
             return record, record_line(record)
@@ -170,6 +194,37 @@ class Runner:
         if self._fail_fast and not result.ok and not self._stopped_early:
             self._stopped_early = True  # dispatch stops; rows in flight still finish
             self._display.message("fail-fast: a rollout failed; no further rows are started")
+        if self._breaker is not None:
+            self._watch(self._breaker, result, row.row_id)
+
+    def _watch(self, breaker: Breaker, result: ExecutionResult, row_id: str) -> None:
+        """Show ``result`` to the breaker; when it trips, stop dispatching (the rows in
+        flight, this one's recording aside, finish and are recorded) and say so."""
+        trip = breaker.observe(result, row_id)
+        if trip is None:
+            return
+        self._stopped_early = True
+        trip.in_flight = sum(1 for f in self._flights.values() if not f.recorded)
+        if self._halt is not None:
+            self._halt.set()
+        waiting = f"; waiting for the {trip.in_flight} in flight" if trip.in_flight else ""
+        self._display.message(
+            f"breaker: {trip.after} rollouts in a row failed with {trip.category} "
+            f"({trip.message}); no further rows are started{waiting}"
+        )
+
+    def _halted_on(self, result: ExecutionResult, item: WorkItem) -> bool:
+        """Whether the breaker has tripped on the cause ``result`` failed with (retrying it
+        would learn nothing new)."""
+        return self._breaker is not None and self._breaker.matches(result, item.row.row_id)
+
+    async def _backoff(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a retry, or until the breaker trips."""
+        if self._halt is None:
+            await asyncio.sleep(delay)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._halt.wait(), delay)
 
     async def _attempt(self, item: WorkItem) -> ExecutionResult:
         """One try of ``item`` through the backend; its final result."""
@@ -213,8 +268,10 @@ class Runner:
             while True:
                 result = await self._attempt(item)
                 tries = attempt - first + 1  # the retry policy counts this invocation's
-                if self._interrupted or not self._retry.retries(
-                    result.error_category, tries, waited
+                if (
+                    self._interrupted
+                    or not self._retry.retries(result.error_category, tries, waited)
+                    or self._halted_on(result, item)
                 ):
                     break
                 delay = self._retry.delay_sec(tries)
@@ -225,7 +282,11 @@ class Runner:
                 self._display.row_retrying(
                     item.rollout_id, tries + 1, self._retry.max_attempts, delay, result
                 )
-                await asyncio.sleep(delay)
+                await self._backoff(delay)
+                if self._halted_on(result, item):  # tripped meanwhile: record this failure
+                    attempts.pop()
+                    attempt -= 1
+                    break
                 waited += delay
                 flight.started = time.monotonic()
             self._record(flight, result, attempt, attempts)
@@ -248,6 +309,7 @@ class Runner:
     async def run(self, items: Iterable[WorkItem]) -> RunSummary:
         """Run every item (until interrupted) and return the summary of the whole run."""
         self._wake = asyncio.Event()
+        self._halt = asyncio.Event()
         ticker = asyncio.create_task(self._ticker())
         try:
             for item in items:
@@ -270,7 +332,13 @@ class Runner:
             raise self._fatal
         summary = self._stats.build(output=str(self._writer.path), interrupted=self._interrupted)
         summary.stopped_early = self._stopped_early
+        summary.breaker = None if self._breaker is None else self._breaker.tripped
         return summary
+
+    @property
+    def tripped(self) -> BreakerTrip | None:
+        """Why the breaker stopped the run; ``None`` when it did not."""
+        return None if self._breaker is None else self._breaker.tripped
 
     async def _drain(self) -> None:
         """Wait for in-flight rows; after an interrupt, give them ``INTERRUPT_GRACE_SEC`` (or

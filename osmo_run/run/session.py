@@ -17,6 +17,7 @@ from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode
+from osmo_run.run.breaker import Breaker
 from osmo_run.run.collector import tuned_for_rollouts
 from osmo_run.run.display import Display, make_display
 from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
@@ -55,8 +56,10 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         if settings.json_summary:
             started.enter_context(contextlib.redirect_stdout(sys.stderr))
         summary = _run_rows(plan, state, backend, display)
-    if summary.stopped_early:  # what fail-fast left unstarted counts against the gates
+    if summary.stopped_early:  # what fail-fast or the breaker left unstarted counts as failed
         summary.not_run = max(state.kept + state.to_run(plan.rollouts) - summary.total, 0)
+        if summary.breaker is not None:
+            summary.breaker.not_started = summary.not_run
     title = settings.description + plan.model_note
     return finish_run(plan, summary, console, title)
 
@@ -123,6 +126,7 @@ def _run_rows(
                     retry=plan.spec.retries.policy(),
                     stats=state.stats,
                     fail_fast=settings.fail_fast or settings.smoke_rows is not None,
+                    breaker=None if plan.spec.breaker is None else Breaker(plan.spec.breaker),
                 )
 
                 def interrupt() -> None:

@@ -38,7 +38,10 @@ from osmo_run.graders.base import SettingsGrader
 from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
 from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
+from osmo_run.run.breaker import DEFAULT_BREAKER_AFTER
+from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
+from osmo_run.run.selection import ROWS, RowRanges, parse_rows
 from osmo_run.sdk.config import (
     DEFAULT_MAX_CONCURRENT,
     AgentWorkflowConfig,
@@ -304,10 +307,57 @@ def _requirements_shorthand_schema(schema: dict[str, Any]) -> None:
     schema["anyOf"] = shorthands + mapping + schema.get("anyOf", [])
 
 
+class DatasetSpec(_Strict):
+    """How the dataset file is read: its format, and which column plays each role (a
+    dotted path reaches into nested columns); see :mod:`osmo_run.run.columns`."""
+
+    format: Literal["auto", "jsonl", "csv", "parquet"] = Field(
+        default="auto",
+        description="auto: by extension (.csv, .parquet/.pq; anything else is JSONL)",
+    )
+    preset: Literal["verl"] | None = Field(
+        default=None,
+        description="A named mapping; verl: prompt, label reward_model.ground_truth",
+    )
+    id: str | None = Field(default=None, description="Column of the row id", min_length=1)
+    prompt: str | None = Field(
+        default=None, description="Column of the prompt (text or messages)", min_length=1
+    )
+    system_prompt: str | None = Field(
+        default=None, description="Column of a system message (with a text prompt)", min_length=1
+    )
+    label: str | None = Field(default=None, description="Column of the label", min_length=1)
+    metadata: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, description="Columns making up the metadata (default: all others)"
+    )
+
+    def column_map(self) -> ColumnMap:
+        """The mapping these fields (over the preset's) give; empty when none is set."""
+        return column_map(
+            self.preset,
+            id=self.id,
+            prompt=self.prompt,
+            system_prompt=self.system_prompt,
+            label=self.label,
+            metadata=self.metadata,
+        )
+
+
 def _embedded_shorthand_schema(schema: dict[str, Any]) -> None:
     """Let editors accept ``llm: embedded`` besides the mapping."""
     shorthand = {"const": "embedded", "description": f"The bundled {EMBEDDED_MODEL} (see embedded)"}
     schema.setdefault("anyOf", []).insert(0, shorthand)
+
+
+def _breaker_off_schema(schema: dict[str, Any]) -> None:
+    """A count of at least 1, or ``off`` (YAML's bare ``off`` is false; null is off too),
+    as :meth:`RunSpec._breaker_off` takes it."""
+    schema["anyOf"] = [
+        {"type": "integer", "minimum": 1},
+        {"type": "null"},
+        {"const": "off"},
+        {"const": False},
+    ]
 
 
 class ConcurrencySpec(_Strict):
@@ -380,6 +430,19 @@ class RunSpec(_Strict):
         description="K/N: run only rows whose index is K-1 modulo N (1 <= K <= N)",
         json_schema_extra=_pattern(SHARD),
     )
+    rows: str | None = Field(
+        default=None,
+        description="Row indexes to run, from 0, e.g. '3,7,10-20' (ranges inclusive)",
+        json_schema_extra=_pattern(ROWS),
+    )
+    shuffle: bool = Field(
+        default=False,
+        description="Draw the limit rows at random (seeded by seed) instead of the first "
+        "ones; needs limit",
+    )
+    seed: Annotated[int, BeforeValidator(_integral_float)] = Field(
+        default=0, description="Seed of shuffle and of --smoke's subset"
+    )
     samples_per_row: Count = Field(default=1, description="Rollouts per row (for pass@k)")
     pass_threshold: float = Field(
         default=1.0,
@@ -415,6 +478,33 @@ class RunSpec(_Strict):
             return {"only": value}
         return value
 
+    breaker: int | None = Field(
+        default=DEFAULT_BREAKER_AFTER,
+        description="Stop starting rows once this many rollouts in a row failed with the same "
+        "cause (infra_error, model_api_error, rate_limit); off (or false) never stops",
+        json_schema_extra=_breaker_off_schema,
+    )
+
+    @field_validator("breaker", mode="before")
+    @classmethod
+    def _breaker_off(cls, value: Any) -> Any:
+        # YAML reads a bare `off` as false; "off" also comes quoted or from the command line
+        if value is False or value is None or value == "off":
+            return None
+        if isinstance(value, float) and value.is_integer():  # 5.0: an integer to the schema
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                "must be a number of rollouts in a row (at least 1), or off to turn it off"
+            )
+        return value
+
+    dataset: DatasetSpec = Field(
+        default_factory=DatasetSpec,
+        description="How the dataset is read: format, and the columns of id, prompt, label, "
+        "metadata",
+    )
+
     @field_validator("llm", "judge", mode="before")
     @classmethod
     def _embedded_shorthand(cls, value: Any) -> Any:
@@ -430,6 +520,23 @@ class RunSpec(_Strict):
         if value is not None:
             parse_shard(value)
         return value
+
+    @field_validator("rows")
+    @classmethod
+    def _rows(cls, value: str | None) -> str | None:
+        return None if value is None else str(parse_rows(value))
+
+    @model_validator(mode="after")
+    def _shuffle_needs_limit(self) -> RunSpec:
+        if self.shuffle and self.limit is None:
+            raise ValueError(
+                "shuffle draws a random subset of limit rows (rows run in file order): "
+                "give limit (--limit N) too"
+            )
+        return self
+
+    def row_ranges(self) -> RowRanges | None:
+        return None if self.rows is None else parse_rows(self.rows)
 
     def shard_tuple(self) -> tuple[int, int] | None:
         return None if self.shard is None else parse_shard(self.shard)
@@ -630,4 +737,7 @@ def spec_json_schema() -> str:
     ``osmo-run schema``; ``schema/run-spec.json`` holds it, checked by the tests."""
     schema = RunSpec.model_json_schema()
     schema["title"] = "osmo-run run spec"
+    # RunSpec._shuffle_needs_limit: shuffle draws limit rows, so it needs a limit
+    schema["if"] = {"properties": {"shuffle": {"const": True}}, "required": ["shuffle"]}
+    schema["then"] = {"required": ["limit"], "properties": {"limit": {"type": "integer"}}}
     return json.dumps({"$schema": JSON_SCHEMA_DIALECT, **schema}, indent=2)

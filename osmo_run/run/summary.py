@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmo_run.run.breaker import BreakerTrip
 from osmo_run.run.quantiles import QuantileSketch
 from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
 from osmo_run.sdk.types import LLMUsage
@@ -127,10 +128,12 @@ class RunSummary:
     pass_at_k: dict[int, float | None] = field(default_factory=dict)
     samples_per_row: int = 1
     stopped_early: bool = False
-    """Fail-fast stopped dispatching after a failed rollout."""
+    """Fail-fast or the breaker stopped dispatching."""
     not_run: int = 0
-    """Rollouts of the run that fail-fast left unstarted; the gates count them as failed
-    (``total`` counts only the recorded ones)."""
+    """Rollouts of the run that fail-fast or the breaker left unstarted; the gates count
+    them as failed (``total`` counts only the recorded ones)."""
+    breaker: BreakerTrip | None = None
+    """Why the breaker stopped the run (``None``: it did not)."""
     usage: UsageSummary | None = None
     """The workflows' model tokens and calls; ``None`` when no rollout reported any."""
     grader_usage: UsageSummary | None = None
@@ -198,6 +201,7 @@ class RunSummary:
             "interrupted": self.interrupted,
             "stopped_early": self.stopped_early,
             "not_run": self.not_run,
+            "breaker": None if self.breaker is None else self.breaker.to_dict(),
             "usage": None if self.usage is None else self.usage.to_dict(),
             "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
         }

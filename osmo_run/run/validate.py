@@ -18,9 +18,10 @@ import yaml
 from pydantic import ValidationError
 
 from osmo_run.errors import OsmoRunError
-from osmo_run.run.dataset import Dataset
+from osmo_run.run.dataset import Dataset, id_clash
 from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec
 from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
+from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 MAX_ROW_PROBLEMS = 50
@@ -118,22 +119,30 @@ def problems_beyond_fields(
 
 
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
-    dataset = Dataset(dataset_path, limit=spec.limit if spec else None)
+    dataset = Dataset(
+        dataset_path,
+        limit=spec.limit if spec else None,
+        fmt=spec.dataset.format if spec else None,
+        columns=spec.dataset.column_map() if spec else None,
+    )
     count = 0
     problems: list[str] = []
-    seen: dict[str, int] = {}  # every id, duplicates included: a run stops at the first
+    # every id's safe name, clashes included: a run stops at the first
+    seen: dict[str, tuple[str, int]] = {}
+    unit = "line" if dataset.format == "jsonl" else "row"
     try:
+        dataset.check_columns()
         for row in dataset.rows():
             count += 1
+            name = safe_name(row.row_id)
             if row.error is not None:
                 problems.append(row.error)
-            elif row.row_id in seen:
-                problems.append(
-                    f"{dataset_path}:{row.line}: duplicate id {row.row_id!r} (first at line "
-                    f"{seen[row.row_id]}); ids must be unique"
-                )
+            elif name in seen:
+                first_id, first = seen[name]
+                at = dataset.where(row.line)
+                problems.append(id_clash(at, row.row_id, first_id, f"{unit} {first}"))
             else:
-                seen[row.row_id] = row.line
+                seen[name] = (row.row_id, row.line)
     except OsmoRunError as exc:
         result.problems.append(str(exc))
         return

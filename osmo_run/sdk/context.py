@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import LLMUsage, Message, RolloutSample, validate_reward
 
 
@@ -109,6 +110,7 @@ def get_rollout_context() -> RolloutContext:
 
 class _ArtifactsDirMixin:
     _artifacts_root: Path | None
+    _artifacts_name: str | None
     _warnings: list[str]
     rollout_id: str
 
@@ -119,11 +121,12 @@ class _ArtifactsDirMixin:
 
         ``None`` when the backend gives no artifacts location, or when the directory cannot
         be created or written (a read-only file system, a full disk): the rollout goes on,
-        and the row's ``warnings`` say why there is no directory.
+        and the row's ``warnings`` say why there is no directory. Its name is the rollout's
+        safe name (:mod:`osmo_run.sdk.names`), never the id itself: ids are data.
         """
         if self._artifacts_root is None:
             return None
-        path = self._artifacts_root / self.rollout_id
+        path = self._artifacts_root / (self._artifacts_name or safe_name(self.rollout_id))
         try:
             path.mkdir(parents=True, exist_ok=True)
             if not os.access(path, os.W_OK | os.X_OK):  # EROFS even for root
@@ -148,6 +151,7 @@ class AgentWorkflowContext(_ArtifactsDirMixin):
     metadata: dict[str, Any]
     rollout_id: str
     _artifacts_root: Path | None = field(default=None, repr=False)
+    _artifacts_name: str | None = field(default=None, repr=False)
     _warnings: list[str] = field(default_factory=list, repr=False)
 
     @property
@@ -174,6 +178,7 @@ class GraderContext(_ArtifactsDirMixin):
     config: GraderConfig
     rollout_id: str
     _artifacts_root: Path | None = field(default=None, repr=False)
+    _artifacts_name: str | None = field(default=None, repr=False)
     reward: float | None = None
     explanation: str | None = None
     details: dict[str, Any] = field(default_factory=dict)

@@ -9,14 +9,20 @@ tenth call pays no connect. Stdlib only (this runs in sandboxes).
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import ssl
 import threading
+import time
 from urllib.parse import SplitResult
 
 MAX_IDLE_PER_ORIGIN = 64
 """Idle connections kept per origin; more are closed when given back (a run's concurrency
 is bounded by the host's pool, a sandbox's by its one rollout)."""
+
+IDLE_TIMEOUT_SEC = 30.0
+"""An idle connection older than this is closed instead of reused: servers drop idle
+connections after a while (often 5-60 s), and a stale one costs a failed attempt."""
 
 Origin = tuple[str, str, int]
 
@@ -26,7 +32,7 @@ class ConnectionPool:
     :meth:`give_back` keeps it for the next call. Thread-safe."""
 
     def __init__(self) -> None:
-        self._idle: dict[Origin, list[http.client.HTTPConnection]] = {}
+        self._idle: dict[Origin, list[tuple[http.client.HTTPConnection, float]]] = {}
         self._lock = threading.Lock()
         self._tls: ssl.SSLContext | None = None
 
@@ -40,9 +46,7 @@ class ConnectionPool:
         """A connection to ``origin`` and whether it was reused (a reused one may have been
         closed by the server meanwhile: retry once on a new one if it fails before any
         answer)."""
-        with self._lock:
-            idle = self._idle.get(origin)
-            connection = idle.pop() if idle else None
+        connection = self._fresh_idle(origin)
         if connection is not None:
             connection.timeout = timeout_sec
             if connection.sock is not None:
@@ -54,9 +58,34 @@ class ConnectionPool:
         with self._lock:
             idle = self._idle.setdefault(origin, [])
             if len(idle) < MAX_IDLE_PER_ORIGIN:
-                idle.append(connection)
+                idle.append((connection, time.monotonic()))
                 return
         connection.close()
+
+    def close_all(self) -> None:
+        """Close every idle connection (at the process's exit)."""
+        with self._lock:
+            idle = [connection for pool in self._idle.values() for connection, _ in pool]
+            self._idle.clear()
+        for connection in idle:
+            connection.close()
+
+    def _fresh_idle(self, origin: Origin) -> http.client.HTTPConnection | None:
+        """The most recently used idle connection to ``origin`` that is not too old; older
+        ones are closed."""
+        stale: list[http.client.HTTPConnection] = []
+        found = None
+        with self._lock:
+            idle = self._idle.get(origin) or []
+            while idle and found is None:
+                connection, since = idle.pop()
+                if time.monotonic() - since <= IDLE_TIMEOUT_SEC:
+                    found = connection
+                else:
+                    stale.append(connection)
+        for connection in stale:
+            connection.close()
+        return found
 
     def _new(self, origin: Origin, timeout_sec: float) -> http.client.HTTPConnection:
         scheme, host, port = origin
@@ -71,3 +100,4 @@ class ConnectionPool:
 
 SHARED_POOL = ConnectionPool()
 """The process's pool: one per process, as the process has one set of endpoints."""
+atexit.register(SHARED_POOL.close_all)

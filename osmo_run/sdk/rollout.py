@@ -211,6 +211,7 @@ async def run_workflow_phase(
                 metadata=request.metadata,
                 rollout_id=request.id,
                 _artifacts_root=artifacts_root,
+                _artifacts_name=request.safe_name,
                 _warnings=rollout.warnings,
             )
             output = await _await_with_deadline(instance.run(ctx), clock, context)
@@ -387,6 +388,7 @@ async def _grade(
         config=instance.config,
         rollout_id=request.id,
         _artifacts_root=artifacts_root,
+        _artifacts_name=request.safe_name,
         _warnings=warnings,
     )
     graded.append(ctx)

@@ -53,6 +53,7 @@ def workflow_input(
     return {
         "request": {
             "id": request.id,
+            "name": request.safe_name,
             "prompt": request.prompt,
             "metadata": request.metadata,
             "agent_timeout_sec": request.agent_timeout_sec,
@@ -80,6 +81,7 @@ def grader_input(
     return {
         "request": {
             "id": request.id,
+            "name": request.safe_name,
             "prompt": request.prompt,
             "label": request.label,
             "metadata": request.metadata,
@@ -113,6 +115,7 @@ def _request(data: dict[str, Any]) -> ExecutionRequest:
         metadata=dict(data.get("metadata") or {}),
         agent_timeout_sec=data.get("agent_timeout_sec"),
         grader_timeout_sec=data.get("grader_timeout_sec"),
+        name=data.get("name"),
     )
 
 

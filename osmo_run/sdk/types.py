@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from osmo_run.sdk.names import safe_name
+
 Message = dict[str, Any]
 """One chat message: ``{"role": ..., "content": ...}`` plus optional tool-call fields."""
 
@@ -203,7 +205,9 @@ class LLMUsage:
 class ExecutionRequest:
     """One dataset row, ready to run.
 
-    ``id`` is a single path segment (it names artifact and trial directories).
+    ``id`` is the rollout's id, any non-empty string, kept exactly in every output and
+    never used as a path: ``name`` is the safe name of its directories (artifacts, trials;
+    see :mod:`osmo_run.sdk.names`), derived from ``id`` by ``safe_name`` when ``None``.
     A timeout of ``None`` means no deadline; zero or less, a deadline already passed (the
     phase is a ``timeout`` without running). A timeout that is not a finite number raises
     ``TypeError``/``ValueError`` at construction.
@@ -216,6 +220,12 @@ class ExecutionRequest:
     agent_timeout_sec: float | None = None
     grader_timeout_sec: float | None = None
     grade: bool = True
+    name: str | None = None
+
+    @property
+    def safe_name(self) -> str:
+        """The rollout's file-system name: ``name``, or ``safe_name(id)`` without one."""
+        return self.name if self.name is not None else safe_name(self.id)
 
     def __post_init__(self) -> None:
         agent, grader = self.agent_timeout_sec, self.grader_timeout_sec

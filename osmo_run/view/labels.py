@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmo_run.run.dataset import parse_row
+from osmo_run.run.columns import ColumnMap
+from osmo_run.run.rows import parse_row
 
 
 @dataclass
@@ -28,8 +29,10 @@ class DatasetRowView:
 class DatasetLines:
     """The dataset at ``path``, if it still has the hash ``sha256``."""
 
-    def __init__(self, path: Path, sha256: str | None) -> None:
+    def __init__(self, path: Path, sha256: str | None, columns: ColumnMap | None = None) -> None:
         self.path = path
+        self.columns = columns or ColumnMap()
+        """The run's column mapping, applied as the run applied it."""
         self.sha256 = sha256
         self._starts: array[int] | None = None
         self.problem: str | None = None
@@ -75,7 +78,7 @@ class DatasetLines:
                 handle.seek(start)
                 raw = handle.read(None if end is None else end - start)
             obj = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
-            request = parse_row(obj, line, None, None)
+            request = parse_row(self.columns.apply(obj), line, None, None)
         except (OSError, ValueError, KeyError):
             return None
         return DatasetRowView(request.label, request.prompt)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from osmo_run.run.columns import column_map
 from osmo_run.run.finish import exit_code_for
 from osmo_run.run.records import OutputRecord
 from osmo_run.run.report import Comparison, LoadedRun, compare
@@ -283,8 +284,14 @@ class RunView:
         path = manifest.info.get("dataset_path") if manifest else None
         if not isinstance(path, str):
             return None, "no dataset recorded in the run's manifest: the label is not shown"
+        fmt = manifest.defining.get("dataset_format", "jsonl") if manifest else "jsonl"
+        if fmt != "jsonl":  # rows are found by line; a CSV or Parquet row by reading up to it
+            return None, f"the run's dataset is {fmt}: its label is not shown here"
         if self._dataset is None:
-            self._dataset = DatasetLines(Path(path), self.entry.dataset_sha256)
+            columns = (manifest.defining.get("dataset_columns") if manifest else None) or {}
+            self._dataset = DatasetLines(
+                Path(path), self.entry.dataset_sha256, column_map(None, **columns)
+            )
         line = record.get("line")
         row = self._dataset.row(line) if isinstance(line, int) else None
         if row is None:

@@ -18,7 +18,7 @@ from osmo_run.run.spec import RunSpec
 from tests.conftest import CLI, REPO
 
 ROW = re.compile(r"^\| `(?P<field>[\w.]+)` \| (?P<flags>.+?) \| (?P<commands>[\w, ]*?) ?\|$")
-NESTED = ("timeouts", "harbor")
+NESTED = ("timeouts", "harbor", "dataset")
 """Sections whose fields have flags: the table lists their fields one by one."""
 
 # for each field the table gives a flag: the arguments that set it, and the value they set
@@ -34,7 +34,12 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "limit": (["--limit", "3"], 3),
     "shard": (["--shard", "2/3"], "2/3"),
     "samples_per_row": (["--samples", "2"], 2),
+    "rows": (["--rows", "1,3-4"], "1,3-4"),
+    "shuffle": (["--shuffle", "--limit", "2"], True),
+    "seed": (["--seed", "5"], 5),
+    "dataset.format": (["--dataset-format", "csv"], "csv"),
     "isolation": (["--isolation", "process"], "process"),
+    "breaker": (["--breaker", "3"], 3),
     "harbor.task_dir": (["--task-dir", "task"], Path("task")),
     "harbor.tasks_root": (["--tasks-root", "tasks"], Path("tasks")),
     "harbor.env": (["--env", "daytona"], "daytona"),

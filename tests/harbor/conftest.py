@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CALCULATOR_TASK = REPO / "tasks" / "calculator"
 TASKS_ROOT = HERE / "tasks"
-"""Extra tasks rows select with ``metadata.harbor_task``: second, no-reward, bad-image."""
+"""Extra tasks rows select with ``metadata.harbor_task``: second, no-reward, bad-image,
+no-start."""
 OSMO_RUN = Path(sys.executable).parent / "osmo-run"
 BASE_IMAGE = "osmo-run/bookworm:latest"
 RUN_LABEL = "osmo-run.invocation"  # one osmo-run process's trials (their names carry it)

@@ -14,6 +14,7 @@ import signal
 from pathlib import Path
 
 from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
+from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.llm import chat_completion
 
 
@@ -30,4 +31,17 @@ class ChatThenWorkflow(AgentWorkflow):
             os.kill(os.getpid(), signal.SIGKILL)
         if meta.get("sleep"):
             await asyncio.sleep(float(meta["sleep"]))
+        return AgentWorkflowOutput(messages=[*ctx.prompt, reply])
+
+
+class EndpointWorkflow(AgentWorkflow):
+    """Asks the model once, at ``metadata.base_url`` when the row names one (another
+    endpoint than the spec's: rows failing for different causes in one run), else at the
+    spec's ``llm``."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        base_url = ctx.metadata.get("base_url")
+        endpoint = LLMEndpoint(base_url, "stub-model") if base_url else None
+        response = await chat_completion(ctx.prompt, endpoint=endpoint, max_tokens=8)
+        reply = {"role": "assistant", "content": response["choices"][0]["message"]["content"]}
         return AgentWorkflowOutput(messages=[*ctx.prompt, reply])

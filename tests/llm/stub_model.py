@@ -12,6 +12,7 @@ HTTP exchange is real. It answers ``POST /v1/chat/completions``:
   Usage: one prompt token per word of the last message, 3 completion tokens.
 - streams (SSE) when asked, as Strands does.
 
+``port`` (default: any free one) lets a test bring an endpoint up where a run found none.
 ``fail_next(n, status, retry_after)`` answers the next ``n`` calls with ``status``.
 ``delay_sec`` holds every answer that long; with ``gather`` set, a call is held until
 ``gather`` calls are in flight at once (at most ``gather_timeout_sec``), then ``delay_sec``:
@@ -51,8 +52,8 @@ class StubModel(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512
 
-    def __init__(self, delay_sec: float = 0.0, tool_turns: int = 1) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, delay_sec: float = 0.0, tool_turns: int = 1, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.delay_sec = delay_sec
         self.tool_turns = tool_turns
         self.gather: int | None = None

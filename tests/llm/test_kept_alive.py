@@ -81,3 +81,17 @@ def test_a_refused_connection_is_a_retryable_transport_error() -> None:
     with pytest.raises(TransportError, match=f"cannot reach http://127.0.0.1:{port}") as caught:
         post_blocking(f"http://127.0.0.1:{port}/v1/chat/completions", b"{}", {}, 2.0)
     assert caught.value.retryable
+
+
+def test_an_idle_connection_past_its_time_is_closed_not_reused(
+    stub_model: StubModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmo_run.sdk import http_pool
+
+    monkeypatch.setattr(http_pool, "IDLE_TIMEOUT_SEC", 0.0)
+    url = f"{stub_model.base_url}/chat/completions"
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    for _ in range(2):
+        post_blocking(url, body, {"Content-Type": "application/json"}, 5.0)
+    assert stub_model.connections == 2
+    assert stub_model.open_connections <= 1  # the stale one was closed, not left behind

@@ -100,6 +100,20 @@ def test_limit_keeps_the_first_rows(write_jsonl: WriteJsonl) -> None:
     assert Dataset(path, limit=3).validate(stop_on_error=True) == (3, [])
 
 
+def test_a_row_with_metadata_and_no_prompt_gets_an_empty_prompt(write_jsonl: WriteJsonl) -> None:
+    path = write_jsonl(
+        [
+            {"id": "m", "metadata": {"question": "2+2"}, "label": "4"},
+            {"prompt": "", "topic": "math"},  # an empty prompt column, an extra column
+            {"messages": [], "metadata": '{"n": 1}'},
+        ]
+    )
+    first, second, third = _requests(path)
+    assert (first.prompt, first.metadata, first.label) == ([], {"question": "2+2"}, "4")
+    assert (second.prompt, second.metadata) == ([], {"topic": "math"})
+    assert (third.prompt, third.metadata) == ([], {"n": 1})
+
+
 def test_byte_order_mark_is_tolerated(tmp_path: Path) -> None:
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + jsonl_bytes([{"id": "a", "prompt": "x"}]))
@@ -110,14 +124,17 @@ BAD_LINES: list[tuple[Row, str]] = [
     ('{"prompt": "a"', "not valid JSON (Expecting ',' delimiter, column 15)"),
     ("[1, 2]", "a row must be a JSON object, got list"),
     ('"text"', "a row must be a JSON object, got str"),
-    ({"label": "x"}, "row has no prompt: give 'messages', 'prompt' or 'user_prompt'"),
+    ({"label": "x"}, "row has no prompt and no metadata: give 'messages', 'prompt' or"),
     ({"user_prompt": 3}, "'user_prompt' must be a string, got int"),
     ({"user_prompt": "a", "system_prompt": ["s"]}, "'system_prompt' must be a string, got list"),
-    ({"messages": []}, "'messages' is empty: give a non-empty list of messages or string"),
-    # one rule for every empty prompt, list or string
-    ({"prompt": []}, "'prompt' is empty: give a non-empty list of messages or string"),
-    ({"prompt": ""}, "'prompt' is empty: give a non-empty list of messages or string"),
-    ({"user_prompt": ""}, "'user_prompt' is empty: give a non-empty string"),
+    ({"messages": []}, "'messages' is empty and no metadata: give 'messages', 'prompt' or"),
+    # one rule for every empty prompt, list, string or null
+    ({"prompt": []}, "'prompt' is empty and no metadata"),
+    ({"prompt": ""}, "'prompt' is empty and no metadata"),
+    ({"prompt": None, "metadata": {}}, "'prompt' is empty and no metadata"),
+    ({"user_prompt": ""}, "'user_prompt' is empty and no metadata"),
+    ({"system_prompt": "s", "metadata": {"a": 1}}, "'system_prompt' without a 'user_prompt'"),
+    ({"prompt": 3}, "'prompt' must be a list of messages or a string"),
     # two columns saying different things: refused, never one chosen silently
     (
         {"prompt": "a", "label": "4", "ground_truth": "5"},
@@ -148,11 +165,10 @@ BAD_LINES: list[tuple[Row, str]] = [
     ({"prompt": [{"content": "hi"}]}, "'prompt[0]' has no string 'role'"),
     ({"prompt": "a", "metadata": [1]}, "'metadata' must be an object, got list"),
     ({"prompt": "a", "metadata": "{oops"}, "'metadata' is a string but not a JSON object"),
-    ({"id": "a/b", "prompt": "x"}, "'id' 'a/b' must be 1-128 characters without '/'"),
-    ({"id": "..", "prompt": "x"}, "'id' '..' must be 1-128 characters"),
-    ({"id": "x" * 129, "prompt": "x"}, "must be 1-128 characters"),
-    ({"id": 1.5, "prompt": "x"}, "'id' must be a string or an integer, got float"),
-    ({"id": True, "prompt": "x"}, "'id' must be a string or an integer, got bool"),
+    ({"id": "", "prompt": "x"}, "'id' is empty: give every row a non-empty id"),
+    ({"id": None, "prompt": "x"}, "'id' must be a non-empty string or an integer, got null"),
+    ({"id": 1.5, "prompt": "x"}, "'id' must be a non-empty string or an integer, got float"),
+    ({"id": True, "prompt": "x"}, "'id' must be a non-empty string or an integer, got bool"),
     (b'{"prompt": "caf\xe9"}', "not valid UTF-8 (byte 16); re-encode the file as UTF-8"),
     ("[" * 100_000, "JSON nested too deeply"),
 ]
@@ -306,3 +322,41 @@ def test_arbitrary_line_bytes_are_parsed_or_rejected_as_dataset_errors(
         Dataset(path).validate(stop_on_error=False)
     except DatasetError as exc:
         assert str(exc).startswith(f"{path}")
+
+
+ODD_IDS = [
+    "gsm8k/train/17",
+    "org/repo#123",
+    "a/b\\c d",
+    "../../x",
+    "..",
+    ".",
+    "x" * 300,
+    "nul\x00here",
+    "line\nbreak",
+    "Upper",
+    "[red]markup[/red]",
+    "  ",
+    "ünïcödé/分",
+]
+
+
+def test_ids_of_every_shape_are_kept_exactly(write_jsonl: WriteJsonl) -> None:
+    path = write_jsonl([{"id": row_id, "prompt": "x"} for row_id in ODD_IDS])
+    assert Dataset(path).validate(stop_on_error=True) == (len(ODD_IDS), [])
+    assert [request.id for request in _requests(path)] == ODD_IDS
+
+
+def test_two_ids_of_one_safe_name_are_refused_naming_both(write_jsonl: WriteJsonl) -> None:
+    from osmo_run.sdk.names import safe_name
+
+    clash = safe_name("a/b")  # an id spelt like another id's safe name
+    path = write_jsonl(
+        [{"id": "a/b", "prompt": "x"}, {"prompt": "y"}, {"id": clash, "prompt": "z"}]
+    )
+    with pytest.raises(DatasetError) as info:
+        Dataset(path).validate(stop_on_error=True)
+    assert str(info.value) == (
+        f"{path}:3: id {clash!r} and id 'a/b' (line 1) have the same file name {clash!r}; "
+        "rename one of them"
+    )

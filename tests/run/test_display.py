@@ -168,3 +168,24 @@ def test_interrupted_summary_says_so() -> None:
     assert _render(render_summary(_run_summary(interrupted=True))).startswith(
         "Run summary (interrupted)"
     )
+
+
+def test_live_display_messages_are_text_never_markup() -> None:
+    """A breaker's line quotes an error message: its brackets are shown, not parsed."""
+    out = io.StringIO()
+    live = LiveDisplay(Console(file=out, width=200))
+    live.message("breaker: 5 rollouts in a row failed with infra_error (KeyError: [/tmp] [red]x)")
+    assert "(KeyError: [/tmp] [red]x)" in out.getvalue()
+
+
+def test_live_table_shows_ids_as_they_are_with_control_characters_visible() -> None:
+    display = LiveDisplay(Console(file=io.StringIO(), width=120, color_system=None))
+    display.start(3, "osmo-run local data.jsonl · 3 rows")
+    display.row_started("[red]in flight[/red]")
+    display.row_finished(_ok("gsm8k/train/17"))
+    display.row_finished(_ok("esc\x1b[2Jnul\x00"))
+    shown = _render(display)
+    assert "[red]in flight[/red]" in shown  # an id, not markup
+    assert "gsm8k/train/17" in shown
+    assert "esc\\x1b[2Jnul\\x00" in shown
+    assert "\x1b" not in shown and "\x00" not in shown

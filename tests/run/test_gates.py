@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import pytest
 
 from osmo_run.errors import ExitCode, InputError
+from osmo_run.run.breaker import BreakerTrip
 from osmo_run.run.finish import exit_code_for
 from osmo_run.run.gates import ErrorBudget, GateFailure, Gates, evaluate, parse_budget
 from osmo_run.run.summary import RunSummary, SummaryBuilder
@@ -325,6 +326,15 @@ def test_exit_code_for_a_finished_run(
     assert exit_code_for(summary, failures) is code
 
 
+def test_a_run_the_breaker_stopped_exits_5_whatever_the_gates_say_but_ctrl_c_wins() -> None:
+    stopped = run_summary([1.0], {"infra_error": 5})
+    stopped.breaker = BreakerTrip(5, "infra_error", "infra_error: engine gone", "engine gone")
+    assert exit_code_for(stopped, []) is ExitCode.SYSTEMIC_FAILURE
+    assert exit_code_for(stopped, [BUDGET]) is ExitCode.SYSTEMIC_FAILURE
+    stopped.interrupted = True
+    assert exit_code_for(stopped, []) is ExitCode.INTERRUPTED
+
+
 def test_exit_codes_are_the_documented_numbers() -> None:
     assert {code.name: int(code) for code in ExitCode} == {
         "OK": 0,
@@ -332,6 +342,7 @@ def test_exit_codes_are_the_documented_numbers() -> None:
         "INVALID_INPUT": 2,
         "INTERNAL_ERROR": 3,
         "ERROR_BUDGET_EXCEEDED": 4,
+        "SYSTEMIC_FAILURE": 5,
         "INTERRUPTED": 130,
     }
 

@@ -106,7 +106,7 @@ def test_every_row_is_written_once_as_a_valid_record(tmp_path: Path) -> None:
         "validation_error",
         "setup",
     )
-    assert bad.error_message is not None and ":5: 'prompt' must be a non-empty list" in (
+    assert bad.error_message is not None and ":5: 'prompt' must be a list of messages" in (
         bad.error_message
     )
     nogrand = records["nogrand"]

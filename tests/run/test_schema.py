@@ -161,6 +161,20 @@ def test_schema_and_loader_agree_on_every_field_and_probe_value(
         "workflow: a:B\nbad_rows: skip\n",
         "grader: a:B\n",
         "workflow: a:B\nworkflow: c:D\n",
+        "workflow: a:B\nrows: '3,7,10-20'\n",
+        "workflow: a:B\nrows: ' 3 , 7-9'\n",
+        "workflow: a:B\nrows: 3\n",
+        "workflow: a:B\nrows: '3,,4'\n",
+        "workflow: a:B\nshuffle: true\n",
+        "workflow: a:B\nshuffle: true\nlimit: null\n",
+        "workflow: a:B\nshuffle: true\nlimit: 5\nseed: 7\n",
+        "workflow: a:B\nshuffle: false\nseed: 3.0\n",
+        "workflow: a:B\ndataset: {format: csv, id: uid, prompt: q, label: a.b, metadata: [x]}\n",
+        "workflow: a:B\ndataset: {preset: verl, id: extra_info.index}\n",
+        "workflow: a:B\ndataset: {preset: other}\n",
+        "workflow: a:B\ndataset: {metadata: [a, '']}\n",
+        "workflow: a:B\ndataset: {prompt: ''}\n",
+        "workflow: a:B\ndataset: {format: xlsx}\n",
     ],
 )
 def test_schema_and_loader_agree_on_whole_specs(
@@ -177,6 +191,7 @@ def test_schema_and_loader_agree_on_whole_specs(
         (("shard",), "3/2"),  # K at most N: no JSON Schema keyword compares two numbers
         (("timeouts", "agent_sec"), math.inf),  # YAML's .inf: JSON cannot write it
         (("pass_threshold",), math.nan),  # YAML's .nan
+        (("rows",), "9-3"),  # a range runs low to high: no keyword compares two numbers
     ],
 )
 def test_what_json_schema_cannot_say_is_the_loaders_alone(

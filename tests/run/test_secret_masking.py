@@ -81,7 +81,7 @@ def test_any_key_text_leaves_every_line_readable(
     back = json.loads(masked)  # parses, whatever the key
     OutputRecord.model_validate(back)
     expected.pop("timings"), back.pop("timings")  # durations differ between the two runs
-    structural = ("row_id", "rollout_id", "status", "error_category", "error_phase")
+    structural = ("row_id", "rollout_id", "safe_name", "status", "error_category", "error_phase")
     for key in structural:  # what --resume, report and the summary read
         assert back[key] == expected[key]
     assert back == {

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -68,6 +67,7 @@ from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
 from osmo_run.sdk.imports import import_path_of
+from osmo_run.sdk.names import docker_part
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
@@ -82,10 +82,6 @@ _PHASES = {
     TrialEvent.AGENT_START: ProgressPhase.AGENT,
     TrialEvent.VERIFICATION_START: ProgressPhase.VERIFIER,
 }
-
-
-def _slug(text: str, length: int = 24) -> str:
-    return re.sub(r"[^a-z0-9_-]+", "-", text.lower()).strip("-")[:length] or "row"
 
 
 @dataclass
@@ -296,7 +292,9 @@ class HarborBackend(ExecutionBackend):
         await self.prepare()
         assert self._setup is not None
         self._seq += 1
-        trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{_slug(request.id)}"
+        # A Compose project and container name (<= 63 characters, [a-z0-9-]): unique by the
+        # invocation and sequence number, readable by the row's safe name, never its raw id.
+        trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{docker_part(request.safe_name)}"
         try:
             task_dir = task_for_row(request, self._task_dir, self._tasks_root)
             image = await self._image_for(task_dir) if self._prebuild else None

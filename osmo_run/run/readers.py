@@ -1,0 +1,305 @@
+"""Dataset files as streams of rows: JSONL, CSV and Parquet, one reader each.
+
+A reader yields ``(number, payload)`` for every row in file order, holding one row (JSONL,
+CSV) or one record batch of a row group (Parquet) in memory at a time:
+
+* ``number`` is the row's position: its line for JSONL (blank lines are skipped, not
+  counted out), its row for CSV and Parquet (1 = the first row after a CSV's header);
+* ``payload`` is the row's JSON text (JSONL: decoded only for the rows selected), its
+  columns as a dict (CSV: strings; Parquet: Python values, nested columns as dicts and
+  lists), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
+
+A file that cannot be read as a whole (not Parquet, no CSV header) raises
+:class:`~osmo_run.errors.DatasetError` naming it. The format comes from the file's
+extension (``.csv``, ``.parquet``/``.pq``, anything else JSONL) unless one is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from osmo_run.errors import BackendUnavailable, DatasetError
+from osmo_run.run.rows import KNOWN_COLUMNS, RowError
+
+DatasetFormat = Literal["jsonl", "csv", "parquet"]
+FORMATS: tuple[DatasetFormat, ...] = ("jsonl", "csv", "parquet")
+_EXTENSIONS: dict[str, DatasetFormat] = {
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
+Payload = str | dict[str, Any] | RowError
+_PARQUET_BATCH_ROWS = 1024
+"""Rows decoded at once from a Parquet row group: the reader's memory, whatever the file."""
+
+
+def choose_format(path: Path, given: str | None = None) -> DatasetFormat:
+    """``given`` (``jsonl``, ``csv``, ``parquet``; ``None`` or ``auto``: by extension)."""
+    if given is not None and given != "auto":
+        if given not in FORMATS:
+            raise DatasetError(f"dataset format {given!r}: choose auto, {', '.join(FORMATS)}")
+        return given
+    return _EXTENSIONS.get(path.suffix.lower(), "jsonl")
+
+
+def where(path: Path, fmt: DatasetFormat, number: int) -> str:
+    """A row's position for messages: ``file:line`` for JSONL, ``file:row N`` otherwise."""
+    return f"{path}:{number}" if fmt == "jsonl" else f"{path}:row {number}"
+
+
+@contextlib.contextmanager
+def _reading(path: Path, fmt: DatasetFormat) -> Iterator[None]:
+    """Turn the file system's refusals into one-line dataset errors."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: dataset file not found") from None
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: is a directory; pass a .{fmt} file") from None
+    except PermissionError as exc:
+        raise DatasetError(f"{path}: cannot read dataset: {exc.strerror}") from None
+
+
+def read(path: Path, fmt: DatasetFormat) -> Iterator[tuple[int, Payload]]:
+    """Every row of ``path`` in ``fmt`` (see the module docstring)."""
+    with _reading(path, fmt):
+        if fmt == "csv":
+            yield from _csv_rows(path)
+        elif fmt == "parquet":
+            yield from _parquet_rows(path)
+        else:
+            yield from _jsonl_lines(path)
+
+
+def columns(path: Path, fmt: DatasetFormat) -> list[str] | None:
+    """The column names every row has (a CSV header, a Parquet schema's top level);
+    ``None`` for JSONL, whose rows each name their own. Raises :class:`DatasetError` for a
+    file that cannot be read as ``fmt``."""
+    if fmt == "jsonl":
+        return None
+    with _reading(path, fmt):
+        if fmt == "parquet":
+            return list(_parquet_file(path).schema_arrow.names)
+        lines = _csv_text(path)
+        try:
+            return _csv_header(path, csv.reader(lines, strict=True))
+        except csv.Error as exc:
+            raise DatasetError(f"{path}:1: the header is not valid CSV ({exc})") from None
+        finally:
+            lines.close()
+
+
+def row_count_bound(path: Path, fmt: DatasetFormat) -> int:
+    """An upper bound of the rows in ``path`` (lines, or Parquet's row count), cheap to
+    get; 0 when the file cannot be read (reading its rows says why)."""
+    try:
+        if fmt == "parquet":
+            return int(_parquet_file(path).metadata.num_rows) + 1
+        count = 0
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                count += chunk.count(b"\n")
+        return count + 1
+    except (OSError, DatasetError, BackendUnavailable):
+        return 0
+
+
+# ---------------------------------------------------------------------------- JSONL
+
+
+def _jsonl_lines(path: Path) -> Iterator[tuple[int, Payload]]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            text = _decode_line(number, raw)
+            if isinstance(text, RowError) or text.strip():
+                yield number, text
+
+
+def _decode_line(number: int, raw: bytes) -> str | RowError:
+    if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte-order mark says nothing about the rows
+    try:
+        return raw.rstrip(b"\r\n").decode("utf-8")  # JSON error columns count on this line
+    except UnicodeDecodeError as exc:
+        return RowError(f"not valid UTF-8 (byte {exc.start + 1}); re-encode the file as UTF-8")
+
+
+# ---------------------------------------------------------------------------- CSV
+
+_CSV_FIELD_LIMIT = 1 << 28
+"""The longest CSV field read (256 MiB): the csv module's default, 128 KiB, refuses a 1 MB
+prompt. The limit is the module's, process-wide; it is only ever raised."""
+_JSON_CSV_COLUMNS = frozenset({"messages"})
+"""CSV cells that hold JSON (a message list); ``metadata`` is decoded by the row checks."""
+
+
+def _csv_text(path: Path) -> Generator[str, None, None]:
+    """The file's lines as text; bytes that are not UTF-8 become lone surrogates, so one
+    bad row is that row's error, not the end of the file."""
+    if csv.field_size_limit() < _CSV_FIELD_LIMIT:
+        csv.field_size_limit(_CSV_FIELD_LIMIT)
+    with open(path, "rb") as handle:
+        first = True
+        for raw in handle:
+            if first and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            first = False
+            yield raw.decode("utf-8", "surrogateescape")
+
+
+def _csv_header(path: Path, reader: Any) -> list[str]:
+    header = next(reader, None)
+    if header is None:
+        raise DatasetError(f"{path}: the dataset has no rows (not even a header line)")
+    names = [name.strip() for name in header]
+    blank = [i + 1 for i, name in enumerate(names) if not name]
+    if blank:
+        raise DatasetError(f"{path}:1: header column {blank[0]} has no name; name every column")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise DatasetError(f"{path}:1: header names column {twice[0]!r} twice; rename one")
+    return names
+
+
+def check_csv_header(path: Path, names: list[str]) -> None:
+    """Refuse a header that names none of the standard columns (without a column mapping,
+    which is checked by name instead): most likely the file has no header and its first
+    row would be read as one."""
+    if not KNOWN_COLUMNS & set(names):
+        got = ", ".join(repr(name) for name in names[:6])
+        raise DatasetError(
+            f"{path}:1: the first line should be a header naming the columns, but it names "
+            f"none that osmo-run reads ({', '.join(sorted(KNOWN_COLUMNS))}); it has {got}: "
+            "add a header line, or map the columns in the spec's dataset section"
+        )
+
+
+def _csv_rows(path: Path) -> Iterator[tuple[int, Payload]]:
+    reader = csv.reader(_csv_text(path), strict=True)
+    names = _csv_header(path, reader)
+    number = 0
+    while True:
+        number += 1
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise DatasetError(
+                f"{path}:row {number} (line {reader.line_num}): not valid CSV ({exc}); "
+                "nothing after it can be read reliably: fix the quoting"
+            ) from None
+        if not cells:
+            number -= 1  # a blank line is no row
+            continue
+        yield number, _csv_row(names, cells)
+
+
+def _csv_row(names: list[str], cells: list[str]) -> Payload:
+    if len(cells) != len(names):
+        return RowError(
+            f"has {len(cells)} fields but the header has {len(names)}; quote fields that "
+            "hold commas"
+        )
+    row: dict[str, Any] = {}
+    for name, cell in zip(names, cells, strict=True):
+        try:
+            cell.encode("utf-8")
+        except UnicodeEncodeError:
+            return RowError(f"column {name!r} is not valid UTF-8; re-encode the file as UTF-8")
+        row[name] = cell
+    for name in _JSON_CSV_COLUMNS & row.keys():
+        if row[name].strip():
+            try:
+                row[name] = json.loads(row[name])
+            except json.JSONDecodeError:
+                return RowError(f"'{name}' in a CSV cell must be a JSON list of messages")
+    return row
+
+
+# ---------------------------------------------------------------------------- Parquet
+
+
+def _parquet_file(path: Path) -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise BackendUnavailable(
+            f"{path}: reading Parquet needs pyarrow: pip install 'osmo-run[parquet]'"
+        ) from None
+    import pyarrow as pa
+
+    if path.is_dir():
+        raise IsADirectoryError(path)
+    try:
+        return pq.ParquetFile(path, pre_buffer=False)  # no read-ahead of whole row groups
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        if isinstance(exc, FileNotFoundError | PermissionError):
+            raise
+        raise DatasetError(
+            f"{path}: not a Parquet file ({str(exc).splitlines()[0]}); if it holds JSONL or "
+            "CSV, name it .jsonl or .csv or pass --dataset-format"
+        ) from None
+
+
+_PARQUET_KINDS = {
+    "id": ("text or integers", ("string", "integer")),
+    "prompt": ("text or a list of messages", ("string", "list")),
+    "messages": ("a list of messages", ("list",)),
+    "user_prompt": ("text", ("string",)),
+    "system_prompt": ("text", ("string",)),
+}
+"""What each role's column must hold, and the Arrow type families that can hold it."""
+
+
+def _family(arrow_type: Any) -> str:
+    import pyarrow.types as t
+
+    if t.is_string(arrow_type) or t.is_large_string(arrow_type) or t.is_null(arrow_type):
+        return "string"  # a column of nulls: every row is checked on its own
+    if t.is_integer(arrow_type):
+        return "integer"
+    if t.is_list(arrow_type) or t.is_large_list(arrow_type):
+        return "list"
+    return str(arrow_type)
+
+
+def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
+    """Refuse a Parquet file whose column for a role (``roles``: role -> column name) has
+    a type no row of it can be valid in: every row would fail the same way."""
+    schema = _parquet_file(path).schema_arrow
+    for role, column in roles.items():
+        if role not in _PARQUET_KINDS or column not in schema.names:
+            continue
+        what, families = _PARQUET_KINDS[role]
+        arrow_type = schema.field(column).type
+        if _family(arrow_type) not in families:
+            raise DatasetError(
+                f"{path}: column {column!r} is {arrow_type} in the Parquet schema, but the "
+                f"{role} must be {what}: convert the column, or map another one"
+            )
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
+    import pyarrow as pa
+
+    parquet = _parquet_file(path)
+    number = 0
+    try:
+        # one thread: no per-thread arenas, ~15 MiB less at 1M rows; the run is the work
+        for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, use_threads=False):
+            for row in batch.to_pylist():
+                number += 1
+                yield number, row
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(
+            f"{path}:row {number + 1}: cannot be read ({str(exc).splitlines()[0]}); the file "
+            "may be truncated"
+        ) from None
