@@ -9,6 +9,7 @@ Stdlib only: the SDK imports this module inside sandboxes.
     │   ├── ImportPathError           a "module:attr" that does not resolve to what it must
     │   │   └── DependencyImportError the module exists, one of its own imports is missing
     │   ├── TaskDirError              a Harbor task directory that cannot be used
+    │   ├── RequirementsError         the workflow's requirements cannot reach the trial
     │   ├── EnvFileError              an --env-file that cannot be read or parsed (names file:line)
     │   └── ScaffoldError             osmo-run init's target exists or names no valid package
     ├── BackendUnavailable            an optional extra is missing (names the pip command): exit 2
@@ -86,6 +87,10 @@ class DependencyImportError(ImportPathError):
 
 class TaskDirError(InputError):
     """A Harbor task directory is missing required files."""
+
+
+class RequirementsError(InputError):
+    """The workflow's requirements are unreadable, or have no wheel for the trial's image."""
 
 
 class EnvFileError(InputError):

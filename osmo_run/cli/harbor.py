@@ -63,8 +63,10 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
     """Makes the run's HarborBackend once the run knows its paths and endpoints;
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
     from osmo_run.backends.harbor import HarborBackend
+    from osmo_run.backends.harbor.requirements import RequirementOptions
 
     task = spec.harbor
+    requirements = RequirementOptions.from_fields(spec.requirements.model_dump())
 
     def make_backend(context: BackendContext) -> HarborBackend:
         return HarborBackend(
@@ -85,6 +87,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             llm_api_key_env=spec.llm.api_key_env if spec.llm else None,
             judge=context.judge,
             judge_api_key_env=spec.judge.api_key_env if spec.judge else None,
+            requirements=requirements,
         )
 
     return make_backend

@@ -24,6 +24,8 @@ class TimingsRecord(BaseModel):
     workflow_sec: float | None = None
     grader_sec: float | None = None
     total_sec: float
+    dependencies_sec: float | None = None
+    """Harbor only: seconds of ``setup_sec`` spent uploading the workflow's requirements."""
 
 
 class SampleRecord(BaseModel):

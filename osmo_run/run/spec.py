@@ -263,6 +263,50 @@ class HarborSpec(_Strict):
     trials_dir: SpecPath | None = Field(default=None, description="Where trial directories go")
 
 
+class RequirementsSpec(_Strict):
+    """What the workflow needs installed inside Harbor trials, beyond the image. By default
+    the code dir's ``pyproject.toml`` ``[project].dependencies`` (else its
+    ``requirements.txt``), plus what osmo-run's integrations need when the workflow imports
+    them. ``requirements: none``: install nothing (the image has everything);
+    ``requirements: [a, b]``: exactly these instead of the code dir's."""
+
+    install: bool = Field(
+        default=True, description="false (`requirements: none`): install nothing in trials"
+    )
+    extras: list[str] = Field(
+        default_factory=list,
+        description="Optional-dependency groups of the code dir's pyproject.toml to add",
+    )
+    add: list[str] = Field(
+        default_factory=list, description="Requirements on top of what the code dir declares"
+    )
+    only: list[str] | None = Field(
+        default=None, description="These requirements instead of what the code dir declares"
+    )
+    python_version: str | None = Field(
+        default=None,
+        pattern=r"^3\.\d+$",
+        description="The trial's Python (e.g. 3.11) when its image cannot be asked (remote "
+        "environments); default: asked from the image",
+    )
+    platforms: list[str] = Field(
+        default_factory=list,
+        description="pip --platform tags of the trial (with python_version), e.g. "
+        "manylinux_2_36_x86_64; default manylinux 2.28 on x86_64",
+    )
+
+
+def _requirements_shorthand_schema(schema: dict[str, Any]) -> None:
+    """Let editors accept ``requirements: none`` and a list besides the mapping (the
+    mapping's ``$ref`` becomes one of the alternatives, not a condition on all of them)."""
+    shorthands: list[dict[str, Any]] = [
+        {"const": "none", "description": "Install nothing: the image has everything"},
+        {"type": "array", "items": {"type": "string"}, "description": "Exactly these"},
+    ]
+    mapping = [{"$ref": schema.pop("$ref")}] if "$ref" in schema else []
+    schema["anyOf"] = shorthands + mapping + schema.get("anyOf", [])
+
+
 class DatasetSpec(_Strict):
     """How the dataset file is read: its format, and which column plays each role (a
     dotted path reaches into nested columns); see :mod:`osmo_run.run.columns`."""
@@ -416,6 +460,24 @@ class RunSpec(_Strict):
         description="local: process runs each row in a child process killed at its deadline",
     )
     harbor: HarborSpec = Field(default_factory=HarborSpec)
+    requirements: RequirementsSpec = Field(
+        default_factory=RequirementsSpec,
+        description="What Harbor trials install for the workflow: none, a list, or "
+        "{extras, add, only, python_version, platforms}",
+        json_schema_extra=_requirements_shorthand_schema,
+    )
+
+    @field_validator("requirements", mode="before")
+    @classmethod
+    def _requirements_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value != "none":
+                raise ValueError("is none, a list of requirements, or a mapping (extras, add…)")
+            return {"install": False}
+        if isinstance(value, list):
+            return {"only": value}
+        return value
+
     breaker: int | None = Field(
         default=DEFAULT_BREAKER_AFTER,
         description="Stop starting rows once this many rollouts in a row failed with the same "

@@ -187,7 +187,7 @@ def _check_environment(env: str, result: Validation) -> None:
             )
 
 
-def _check_task(task_dir: Path, env: str, result: Validation) -> None:
+def _check_task(task_dir: Path, spec: RunSpec | None, result: Validation) -> None:
     try:
         from osmo_run.backends.harbor.preflight import check_task_dir
     except OsmoRunError as exc:
@@ -197,7 +197,38 @@ def _check_task(task_dir: Path, env: str, result: Validation) -> None:
     result.problems += [f"task {task_dir}: {problem}" for problem in problems]
     if not problems:
         result.checked.append(f"task {task_dir}")
-    _check_environment(env, result)
+    before = len(result.problems)
+    _check_environment(spec.harbor.env if spec is not None else "docker", result)
+    if spec is not None and not problems and len(result.problems) == before:
+        _check_requirements(task_dir, spec, result)
+
+
+def _check_requirements(task_dir: Path, spec: RunSpec, result: Validation) -> None:
+    """What a harbor run checks before its first row: the workflow's requirements have
+    wheels for the trial image (the same one-line problem a run stops with)."""
+    from osmo_run.backends.harbor import environment_config
+    from osmo_run.backends.harbor.preflight import check_requirements
+    from osmo_run.backends.harbor.requirements import RequirementOptions
+    from osmo_run.sdk.rollout import run_to_completion
+
+    harbor = spec.harbor
+    try:
+        environment = environment_config(
+            harbor.env, harbor.environment_import_path, harbor.environment_kwargs
+        )
+        checked = run_to_completion(
+            check_requirements(
+                spec.code_dir or Path.cwd(),
+                RequirementOptions.from_fields(spec.requirements.model_dump()),
+                [path for path in (spec.workflow, spec.grader) if path],
+                task_dir,
+                environment,
+            )
+        )
+    except OsmoRunError as exc:
+        result.problems.append(str(exc))
+        return
+    result.checked.append(checked)
 
 
 def validate(
@@ -223,7 +254,7 @@ def validate(
         _check_dataset(dataset_path, spec, result)
     task = task_dir or (spec.harbor.task_dir if spec is not None and harbor else None)
     if task is not None:
-        _check_task(task, spec.harbor.env if spec is not None else "docker", result)
+        _check_task(task, spec, result)
     elif harbor and spec is not None and spec.harbor.tasks_root is None:
         result.problems.append(
             "harbor: no task directory; give --task-dir DIR (or harbor.task_dir in the spec)"

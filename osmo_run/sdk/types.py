@@ -259,16 +259,23 @@ class Timings:
     workflow_sec: float | None = None
     grader_sec: float | None = None
     total_sec: float = 0.0
+    dependencies_sec: float | None = None
+    """Harbor: the part of ``setup_sec`` spent uploading the workflow's requirements into
+    the trial (``None`` when none were uploaded: none needed, or the prebuilt image has
+    them)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The output record's ``timings`` object."""
-        return {
+        """The output record's ``timings`` object (``dependencies_sec`` only when set)."""
+        timings: dict[str, Any] = {
             "queued_sec": round(self.queued_sec, 6),
             "setup_sec": self.setup_sec,
             "workflow_sec": self.workflow_sec,
             "grader_sec": self.grader_sec,
             "total_sec": round(self.total_sec, 6),
         }
+        if self.dependencies_sec is not None:
+            timings["dependencies_sec"] = round(self.dependencies_sec, 6)
+        return timings
 
     @classmethod
     def from_dict(cls, data: object) -> Timings:
@@ -286,6 +293,7 @@ class Timings:
             workflow_sec=seconds("workflow_sec"),
             grader_sec=seconds("grader_sec"),
             total_sec=seconds("total_sec") or 0.0,
+            dependencies_sec=seconds("dependencies_sec"),
         )
 
 

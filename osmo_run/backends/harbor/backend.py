@@ -30,7 +30,11 @@ from harbor.trial.queue import TrialQueue
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
 from osmo_run.backends.harbor import docker as docker_ops
-from osmo_run.backends.harbor.plugins import AGENT_RESULT_FILE, GRADER_RESULT_FILE
+from osmo_run.backends.harbor.plugins import (
+    AGENT_RESULT_FILE,
+    GRADER_RESULT_FILE,
+    SETUP_TIMINGS_FILE,
+)
 from osmo_run.backends.harbor.preflight import (
     check_environment,
     check_task_dir,
@@ -39,6 +43,11 @@ from osmo_run.backends.harbor.preflight import (
     task_for_row,
 )
 from osmo_run.backends.harbor.relay import LoopbackRelay, reach_from_trials
+from osmo_run.backends.harbor.requirements import (
+    RequirementOptions,
+    RequirementSet,
+    collect_requirements,
+)
 from osmo_run.backends.harbor.results import trial_to_result
 from osmo_run.backends.harbor.runtime import stage_runtime, stage_user_code
 from osmo_run.backends.harbor.trial_config import (
@@ -47,6 +56,7 @@ from osmo_run.backends.harbor.trial_config import (
     TrialSetup,
     trial_config,
 )
+from osmo_run.backends.harbor.wheelhouse import installed_site, target_python
 from osmo_run.errors import (
     DockerCommandError,
     EnvironmentNotReady,
@@ -96,7 +106,9 @@ class HarborBackend(ExecutionBackend):
     runner's import path. ``environment_config`` is Harbor's ``EnvironmentConfig`` (type,
     import path, kwargs). ``prebuild_local_image`` builds the task image with the runtime and
     code once per run (Docker only). ``cleanup_successful_trials`` removes the trial
-    directories of successful rows; failed ones are kept for debugging.
+    directories of successful rows; failed ones are kept for debugging. ``requirements``:
+    what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
+    resolved before any row and baked into the prebuilt image or uploaded at setup.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -123,19 +135,13 @@ class HarborBackend(ExecutionBackend):
         judge: LLMEndpoint | None = None,
         judge_api_key_env: str | None = None,
         run_id: str | None = None,
+        requirements: RequirementOptions | None = None,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
         if task_dir is None and tasks_root is None:
             raise InputError("HarborBackend needs --task-dir (or a tasks root for per-row tasks)")
-        self._workflow_path = import_path_of(
-            workflow, AgentWorkflow, "workflow", tolerate_missing_deps=True
-        )
-        self._grader_path = (
-            None
-            if grader is None
-            else import_path_of(grader, Grader, "grader", tolerate_missing_deps=True)
-        )
+        self._workflow_path, self._grader_path = _import_paths(workflow, grader)
         self._workflow_config = workflow_config or AgentWorkflowConfig()
         self._grader_config = grader_config or GraderConfig()
         self._task_dir = task_dir.resolve() if task_dir else None
@@ -157,12 +163,14 @@ class HarborBackend(ExecutionBackend):
         )
         self._max_concurrency = int(getattr(self._queue, "_n_concurrent", 0))
         self._pending: dict[str, _Pending] = {}
-        self._seq = 0
-        self._started = 0
-        self._ended = 0
+        self._seq = self._started = self._ended = 0
         self._images: dict[Path, str] = {}
+        self._requirement_options = requirements or RequirementOptions()
+        self._requirements = RequirementSet()
+        self._sites: dict[Path, Path | None] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
+        self._site_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
         self._relays: list[LoopbackRelay] = []
         for event in TrialEvent:
@@ -203,6 +211,7 @@ class HarborBackend(ExecutionBackend):
                 problems = check_task_dir(self._task_dir)
                 if problems:
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
+            await self._resolve_requirements()  # before anything is written or started
             self._trials_dir.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
             stage_runtime(staging / "runtime")
@@ -289,7 +298,8 @@ class HarborBackend(ExecutionBackend):
         try:
             task_dir = task_for_row(request, self._task_dir, self._tasks_root)
             image = await self._image_for(task_dir) if self._prebuild else None
-            config, grading = trial_config(self._setup, request, trial_name, task_dir, image)
+            site = None if self._prebuild else await self._site_for(task_dir)
+            config, grading = trial_config(self._setup, request, trial_name, task_dir, image, site)
         except (InputError, DockerCommandError) as exc:
             category = (
                 ErrorCategory.VALIDATION_ERROR
@@ -323,13 +333,51 @@ class HarborBackend(ExecutionBackend):
 
     # -- per trial ------------------------------------------------------------------------
 
+    async def _resolve_requirements(self) -> None:
+        """Collect the workflow's requirements and install them for the main task's image
+        (:class:`~osmo_run.errors.RequirementsError`: one line, before any trial)."""
+        self._requirements = collect_requirements(
+            self._user_code_dir,
+            self._requirement_options,
+            [p for p in (self._workflow_path, self._grader_path) if p],
+        )
+        if self._task_dir is not None:
+            try:
+                await self._site_for(self._task_dir)
+            except DockerCommandError as exc:
+                raise EnvironmentNotReady(
+                    f"--task-dir {self._task_dir}: preparing the trial image failed: {exc}"
+                ) from None
+
+    async def _site_for(self, task_dir: Path) -> Path | None:
+        """The workflow's requirements installed for ``task_dir``'s image (an archive), or
+        ``None`` when there are none; once per task per run.
+
+        Raises :class:`~osmo_run.errors.RequirementsError` (one line naming the
+        requirement) when they cannot be fetched for that image.
+        """
+        if not self._requirements.requirements:
+            return None
+        async with self._site_lock:
+            if task_dir in self._sites:
+                return self._sites[task_dir]
+            image = await docker_ops.task_image(task_dir) if self._is_docker else None
+            target = await target_python(
+                image, self._requirement_options, environment_name(self._environment)
+            )
+            self._sites[task_dir] = await installed_site(self._requirements, target)
+            return self._sites[task_dir]
+
     async def _image_for(self, task_dir: Path) -> str:
         """The prebuilt image of ``task_dir``, built once per run (trials wait for it)."""
         assert self._setup is not None
         async with self._image_lock:
             if task_dir not in self._images:
                 self._images[task_dir] = await docker_ops.prebuild_image(
-                    task_dir, self._setup.staging / "runtime", self._setup.staging / "code"
+                    task_dir,
+                    self._setup.staging / "runtime",
+                    self._setup.staging / "code",
+                    await self._site_for(task_dir),
                 )
         return self._images[task_dir]
 
@@ -376,6 +424,9 @@ class HarborBackend(ExecutionBackend):
             (pending.started_at - pending.submitted_at) if pending.started_at else 0.0
         )
         result.timings.total_sec = time.monotonic() - pending.submitted_at
+        setup = _read_json(trial_dir / "agent" / SETUP_TIMINGS_FILE) or {}
+        if isinstance(setup.get("dependencies_sec"), int | float):
+            result.timings.dependencies_sec = float(setup["dependencies_sec"])
         result.backend = {
             "trial_name": trial_name,
             "trial_id": str(trial.id),
@@ -394,6 +445,15 @@ class HarborBackend(ExecutionBackend):
             pending.on_grader_complete(result)
         else:
             pending.on_workflow_complete(result)
+
+
+def _import_paths(workflow: Any, grader: Any) -> tuple[str, str | None]:
+    """The workflow's and grader's ``module:Class`` (classes given as objects included);
+    a dependency missing here is tolerated: the trial's image may have it."""
+    workflow_path = import_path_of(workflow, AgentWorkflow, "workflow", tolerate_missing_deps=True)
+    if grader is None:
+        return workflow_path, None
+    return workflow_path, import_path_of(grader, Grader, "grader", tolerate_missing_deps=True)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

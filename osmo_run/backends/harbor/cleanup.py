@@ -1,14 +1,18 @@
 """Remove what harbor runs killed with SIGKILL (or a lost machine) left behind: their
-containers and networks (found by label) and the trial directories no result row keeps."""
+containers and networks (found by label) and the trial directories no result row keeps;
+and, with ``--images``, the images osmo-run built that no recent run used."""
 
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from osmo_run.backends.harbor import docker as docker_ops
-from osmo_run.errors import InputError
+from osmo_run.backends.harbor.cache import forget_image, last_used
+from osmo_run.errors import DockerCommandError, InputError
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import iter_records
 
@@ -55,3 +59,69 @@ async def clean_all() -> Cleaned:
     """Remove every container and network any osmo-run run left, on this engine."""
     containers, networks = await docker_ops.remove_labelled(docker_ops.RUN_LABEL)
     return Cleaned(containers, networks)
+
+
+IMAGE_REPOSITORIES = ("osmo-run/prebuilt", "osmo-run/deps", "osmo-run/task")
+"""What osmo-run builds, children first: a prebuilt image stands on a dependency image,
+which stands on a task image (the base ``osmo-run/bookworm`` is provisioned, not built
+by runs, and never pruned)."""
+
+
+@dataclass(frozen=True)
+class PrunedImages:
+    """What ``cleanup --images`` removed and kept, and the bytes each set takes (an
+    image's size counts the layers it shares with others, so sums are upper bounds)."""
+
+    removed: list[str]
+    removed_bytes: int
+    kept: list[str]
+    kept_bytes: int
+
+
+async def _built_images() -> list[tuple[str, float, int]]:
+    """Every image osmo-run built on this engine: tag, creation time (epoch), bytes."""
+    found = []
+    for repository in IMAGE_REPOSITORIES:
+        tags = (
+            await docker_ops.docker(
+                "image", "ls", "--filter", f"reference={repository}", "--format",
+                "{{.Repository}}:{{.Tag}}",
+            )
+        ).split()  # fmt: skip
+        for tag in tags:
+            text = await docker_ops.docker(
+                "image", "inspect", "--format", "{{.Created}} {{.Size}}", tag, check=False
+            )
+            created, _, size = text.strip().partition(" ")
+            try:
+                when = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                when = 0.0
+            found.append((tag, when, int(size) if size.isdigit() else 0))
+    return found
+
+
+async def prune_images(unused_for_sec: float) -> PrunedImages:
+    """Remove the images osmo-run built that no run used in the last ``unused_for_sec``
+    seconds (a run records each image it uses; one never recorded counts from its build).
+    An image a container still uses, or another image stands on, is kept: Docker refuses
+    to remove it and nothing is forced."""
+    horizon = time.time() - unused_for_sec
+    removed, kept = [], []
+    removed_bytes = kept_bytes = 0
+    for tag, created, size in await _built_images():
+        used = last_used(tag) or created
+        if used >= horizon:
+            kept.append(tag)
+            kept_bytes += size
+            continue
+        try:
+            await docker_ops.docker("rmi", tag)
+        except DockerCommandError:
+            kept.append(tag)
+            kept_bytes += size
+            continue
+        forget_image(tag)
+        removed.append(tag)
+        removed_bytes += size
+    return PrunedImages(removed, removed_bytes, kept, kept_bytes)

@@ -18,7 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTIME_DIR, tree_digest
+from osmo_run.backends.harbor.cache import note_image_used
+from osmo_run.backends.harbor.runtime import (
+    CONTAINER_CODE_DIR,
+    CONTAINER_DEPS_DIR,
+    CONTAINER_RUNTIME_DIR,
+    tree_digest,
+)
 from osmo_run.errors import DockerCommandError, EnvironmentNotReady, TaskDirError
 
 RUN_LABEL = "osmo-run.run-id"
@@ -161,12 +167,21 @@ def task_base_image(task_dir: Path) -> str | None:
     return str(image) if image else None
 
 
-async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> str:
-    """Build once, or reuse, an image holding the task's environment, the osmo-run SDK and
-    the user's code; return its tag (content-addressed, so unchanged inputs reuse it).
+BUILT_LABEL = "osmo-run.built"
+"""Label on every image osmo-run builds (task, dependency and prebuilt images), which
+``osmo-run cleanup --images`` prunes; ``osmo-run.prebuilt`` marks the older ones."""
 
-    Raises :class:`TaskDirError` for a task with neither ``docker_image`` nor a Dockerfile,
-    and :class:`DockerCommandError` when a build or the pull of a missing image fails.
+
+async def _build(tag: str, context: Path) -> None:
+    await docker("build", "-q", "--label", f"{BUILT_LABEL}=1", "-t", tag, str(context))
+
+
+async def task_image(task_dir: Path) -> str:
+    """The task's own image: ``[environment].docker_image`` (pulled when missing), or its
+    ``environment/Dockerfile`` built once (content-addressed); return its tag.
+
+    Raises :class:`TaskDirError` for a task with neither, and :class:`DockerCommandError`
+    when the build or the pull fails.
     """
     base = task_base_image(task_dir)
     if base is None:
@@ -178,7 +193,7 @@ async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> s
             )
         base = f"osmo-run/task:{tree_digest(environment_dir)[:16]}"
         if not await image_exists(base):
-            await docker("build", "-q", "-t", base, str(environment_dir))
+            await _build(base, environment_dir)
     elif not await image_exists(base):
         try:  # a registry image, as Harbor would pull it
             await docker("pull", "-q", base)
@@ -187,11 +202,62 @@ async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> s
                 f"the task image {base} ([environment].docker_image of {task_dir}) is not on "
                 f"this machine and could not be pulled: {_detail(exc)}"
             ) from None
-    base_id = (await docker("image", "inspect", "--format", "{{.Id}}", base)).strip()
+    return base
+
+
+async def image_id(tag: str) -> str:
+    return (await docker("image", "inspect", "--format", "{{.Id}}", tag)).strip()
+
+
+async def dependencies_image(base: str, site_archive: Path) -> str:
+    """``base`` with the workflow's installed requirements (``site_archive``, a tar of one
+    site-packages directory) under :data:`CONTAINER_DEPS_DIR`, byte-compiled by the image's
+    own Python; content-addressed, so a second run with the same requirements reuses it."""
+    digest = hashlib.sha256(f"{await image_id(base)}|{site_archive.name}".encode()).hexdigest()
+    tag = f"osmo-run/deps:{digest[:16]}"
+    if await image_exists(tag):
+        return tag
+    with tempfile.TemporaryDirectory(prefix="osmo-run-deps-") as context:
+        root = Path(context)
+        try:  # a hard link spares copying hundreds of MB into the build context
+            os.link(site_archive, root / "site.tar")
+        except OSError:
+            shutil.copy2(site_archive, root / "site.tar")
+        (root / "Dockerfile").write_text(
+            f"FROM {base}\n"
+            f"ADD site.tar {CONTAINER_DEPS_DIR}/\n"
+            # .pyc files for the image's Python (the runner writes none per trial), unless
+            # the host had that Python and compiled them already
+            f"RUN [ -n \"$(find {CONTAINER_DEPS_DIR} -name '*.pyc' -print -quit)\" ] || "
+            f"python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash "
+            f"{CONTAINER_DEPS_DIR} >/dev/null 2>&1 || true\n",
+            encoding="utf-8",
+        )
+        await _build(tag, root)
+    return tag
+
+
+async def prebuild_image(
+    task_dir: Path, runtime_dir: Path, code_dir: Path, site_archive: Path | None = None
+) -> str:
+    """Build once, or reuse, an image holding the task's environment, the workflow's
+    installed requirements (``site_archive``, see :func:`dependencies_image`), the osmo-run
+    SDK and the user's code; return its tag (content-addressed, so unchanged inputs reuse
+    it; the requirements are a layer of their own, so a code change keeps them).
+
+    Raises :class:`TaskDirError` for a task with neither ``docker_image`` nor a Dockerfile,
+    and :class:`DockerCommandError` when a build or the pull of a missing image fails.
+    """
+    base = await task_image(task_dir)
+    note_image_used(base)
+    if site_archive is not None:
+        base = await dependencies_image(base, site_archive)
+        note_image_used(base)
     digest = hashlib.sha256(
-        (base_id + tree_digest(runtime_dir) + tree_digest(code_dir)).encode()
+        (await image_id(base) + tree_digest(runtime_dir) + tree_digest(code_dir)).encode()
     ).hexdigest()
     tag = f"osmo-run/prebuilt:{digest[:16]}"
+    note_image_used(tag)  # for `osmo-run cleanup --images`, which keeps recently used ones
     if await image_exists(tag):
         return tag
     with tempfile.TemporaryDirectory(prefix="osmo-run-image-") as context:
@@ -205,7 +271,7 @@ async def prebuild_image(task_dir: Path, runtime_dir: Path, code_dir: Path) -> s
             f'LABEL osmo-run.prebuilt="1"\n',
             encoding="utf-8",
         )
-        await docker("build", "-q", "-t", tag, str(root))
+        await _build(tag, root)
     return tag
 
 

@@ -25,7 +25,12 @@ from harbor.utils.env import resolve_env_vars
 from harbor.verifier.base import BaseVerifier
 
 import osmo_run
-from osmo_run.backends.harbor.runtime import CONTAINER_CODE_DIR, CONTAINER_RUNTIME_DIR
+from osmo_run.backends.harbor.runtime import (
+    CONTAINER_CODE_DIR,
+    CONTAINER_DEPS_DIR,
+    CONTAINER_ROOT,
+    CONTAINER_RUNTIME_DIR,
+)
 from osmo_run.errors import (
     OsmoRunSandboxInfraError,
     OsmoRunSandboxRunnerError,
@@ -38,6 +43,9 @@ AGENT_IMPORT_PATH = "osmo_run.backends.harbor.plugins:OsmoRunAgent"
 VERIFIER_IMPORT_PATH = "osmo_run.backends.harbor.plugins:OsmoRunVerifier"
 
 AGENT_RESULT_FILE = "osmo_result.json"
+SETUP_TIMINGS_FILE = "osmo_setup.json"
+"""Written by the agent's setup in the trial's agent directory: ``dependencies_sec``, the
+seconds the upload of the workflow's requirements took (absent when the image has them)."""
 GRADER_RESULT_FILE = "osmo_grader_result.json"
 TIMEOUT_EXIT = 124  # coreutils `timeout` when it stopped the runner (137 if SIGKILL was needed)
 KILLED_EXIT = 137  # SIGKILL from outside: the container was killed or ran out of memory
@@ -63,7 +71,7 @@ def _runner_command(
 
 def _runner_env() -> dict[str, str]:
     return {
-        "PYTHONPATH": CONTAINER_RUNTIME_DIR,
+        "PYTHONPATH": f"{CONTAINER_RUNTIME_DIR}:{CONTAINER_DEPS_DIR}",
         CODE_DIR_ENV: CONTAINER_CODE_DIR,
         "OSMO_RUN_ARTIFACTS_DIR": "/logs/artifacts",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -100,12 +108,33 @@ async def _upload_runtime(environment: BaseEnvironment, runtime_dir: str, code_d
     await environment.exec(f"chmod -R a+rX {CONTAINER_RUNTIME_DIR}/..", user="root")
 
 
+async def _upload_dependencies(environment: BaseEnvironment, site_archive: str) -> None:
+    """Upload the installed requirements (one tar) and extract them under
+    :data:`CONTAINER_DEPS_DIR`: one file moves, not thousands (remote environments upload
+    file by file)."""
+    remote = f"{CONTAINER_ROOT}/deps.tar"
+    await environment.exec(f"mkdir -p {CONTAINER_DEPS_DIR}", user="root")
+    await environment.upload_file(source_path=site_archive, target_path=remote)
+    done = await environment.exec(
+        f"tar -xf {remote} -C {CONTAINER_DEPS_DIR} && rm -f {remote} "
+        f"&& chmod -R a+rX {CONTAINER_DEPS_DIR}",
+        user="root",
+    )
+    if done.return_code != 0:
+        output = " ".join((done.stdout or done.stderr or "").split())[-300:]
+        raise OsmoRunSandboxInfraError(
+            "could not extract the workflow's requirements in the trial (the image needs "
+            f"tar): {output}"
+        )
+
+
 class OsmoRunAgent(BaseAgent):
     """Runs the row's workflow in the trial environment through the sandbox runner.
 
     kwargs (from ``AgentConfig.kwargs``, persisted by Harbor, so paths only):
     ``input_path`` (host file with the runner's input), ``runtime_dir`` and ``code_dir``
-    (staged directories to upload, or ``None`` when the image already holds them), and
+    (staged directories to upload, or ``None`` when the image already holds them),
+    ``site_archive`` (the installed requirements to upload, or ``None``) and
     ``agent_timeout_sec``.
     """
 
@@ -117,6 +146,7 @@ class OsmoRunAgent(BaseAgent):
         input_path: str,
         runtime_dir: str | None = None,
         code_dir: str | None = None,
+        site_archive: str | None = None,
         agent_timeout_sec: float | None = None,
         **kwargs: Any,
     ) -> None:
@@ -124,6 +154,7 @@ class OsmoRunAgent(BaseAgent):
         self._input_path = input_path
         self._runtime_dir = runtime_dir
         self._code_dir = code_dir
+        self._site_archive = site_archive
         self._limit = with_margin(agent_timeout_sec, SANDBOX_KILL_MARGIN_SEC)
 
     @staticmethod
@@ -136,6 +167,12 @@ class OsmoRunAgent(BaseAgent):
     async def setup(self, environment: BaseEnvironment) -> None:
         if self._runtime_dir is not None and self._code_dir is not None:
             await _upload_runtime(environment, self._runtime_dir, self._code_dir)
+        if self._site_archive is not None:
+            started = time.monotonic()
+            await _upload_dependencies(environment, self._site_archive)
+            timings = {"dependencies_sec": round(time.monotonic() - started, 6)}
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            (self.logs_dir / SETUP_TIMINGS_FILE).write_text(json.dumps(timings))
         check = await environment.exec(
             "python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' && command -v timeout"
         )

@@ -1,5 +1,6 @@
 """What a Harbor run checks before any row runs: the task directories, the environment (its
-engine, extra and credentials) and the Harbor ``EnvironmentConfig`` the flags name.
+engine, extra and credentials), the Harbor ``EnvironmentConfig`` the flags name, and that
+the workflow's requirements have wheels for the trial's image.
 
 Each problem is one line for the person who must fix it; nothing here starts a trial.
 """
@@ -15,6 +16,8 @@ from harbor.models.environment_type import EnvironmentType
 from harbor.models.trial.config import EnvironmentConfig
 
 from osmo_run.backends.harbor import docker as docker_ops
+from osmo_run.backends.harbor.requirements import RequirementOptions, collect_requirements
+from osmo_run.backends.harbor.wheelhouse import installed_site, target_python
 from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
 from osmo_run.sdk.types import ExecutionRequest
 
@@ -152,3 +155,29 @@ def _missing_harbor_extra(kind: EnvironmentType | None) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             return str(kind.value)
     return None
+
+
+async def check_requirements(
+    code_dir: Path,
+    options: RequirementOptions,
+    import_paths: list[str],
+    task_dir: Path,
+    environment: EnvironmentConfig,
+) -> str:
+    """Collect the workflow's requirements and fetch them for ``task_dir``'s image, as a
+    run would before its first row; return what was checked, in a phrase.
+
+    Raises :class:`~osmo_run.errors.RequirementsError` (the line a run would stop with),
+    or :class:`DockerCommandError` when the task's image cannot be had.
+    """
+    requirements = collect_requirements(code_dir, options, import_paths)
+    if not requirements.requirements:
+        return "requirements: none to install in trials"
+    image = await docker_ops.task_image(task_dir) if is_local_docker(environment) else None
+    target = await target_python(image, options, environment_name(environment))
+    await installed_site(requirements, target)
+    count = len(requirements.requirements)
+    return (
+        f"requirements: {count} ({', '.join(requirements.requirements)}) have wheels for "
+        f"the trial's {target.describe()}"
+    )

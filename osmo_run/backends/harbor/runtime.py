@@ -19,6 +19,9 @@ from osmo_run.errors import InputError
 CONTAINER_ROOT = "/opt/osmo-run"
 CONTAINER_RUNTIME_DIR = f"{CONTAINER_ROOT}/runtime"
 CONTAINER_CODE_DIR = f"{CONTAINER_ROOT}/code"
+CONTAINER_DEPS_DIR = f"{CONTAINER_ROOT}/deps"
+"""The workflow's requirements, installed (``site-packages`` layout), after the runtime on
+the runner's ``PYTHONPATH``: the staged SDK always wins over a copy a requirement brings."""
 
 EXCLUDED_NAMES = frozenset(
     {
@@ -59,14 +62,15 @@ def _ignore(directory: str, names: list[str]) -> set[str]:
     }
 
 
-RUNTIME_PACKAGES = ("sdk", "graders")
-"""The stdlib-only subpackages trials import: the SDK, and the built-in graders (whose
-optional libraries, math-verify and jsonschema, must come with the trial's image)."""
+RUNTIME_PACKAGES = ("sdk", "graders", "integrations")
+"""The subpackages trials import: the SDK and the built-in graders (stdlib-only; their
+optional libraries, math-verify and jsonschema, come with the image or the requirements),
+and the agent-framework integrations (whose frameworks come with the requirements)."""
 
 
 def stage_runtime(dest: Path) -> Path:
-    """Copy the SDK and the built-in graders (``osmo_run/__init__.py``, ``errors.py``,
-    :data:`RUNTIME_PACKAGES`) under ``dest``."""
+    """Copy the SDK, the built-in graders and the integrations (``osmo_run/__init__.py``,
+    ``errors.py``, :data:`RUNTIME_PACKAGES`) under ``dest``."""
     package = Path(osmo_run.__file__).parent
     target = dest / "osmo_run"
     target.mkdir(parents=True, exist_ok=True)

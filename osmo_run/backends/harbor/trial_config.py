@@ -68,10 +68,12 @@ def trial_config(
     trial_name: str,
     task_dir: Path,
     image: str | None,
+    site_archive: Path | None = None,
 ) -> tuple[TrialConfig, str]:
     """The trial for ``request`` in ``task_dir`` and how it is graded: :data:`OSMO_GRADES`,
     :data:`TASK_GRADES`, or the reason it is not graded. ``image`` is the prebuilt image to
-    start from (``None``: the task's own image, with the SDK and code uploaded per trial).
+    start from (``None``: the task's own image, with the SDK and code uploaded per trial,
+    and ``site_archive``, the workflow's installed requirements, when it has any).
     Writes the trial's input files under ``setup.inputs_dir(trial_name)``."""
     inputs = setup.inputs_dir(trial_name)
     inputs.mkdir(parents=True, exist_ok=True)
@@ -85,7 +87,9 @@ def trial_config(
         task=TaskConfig(path=task_dir),
         trial_name=trial_name,
         trials_dir=setup.trials_dir,
-        agent=_agent_config(setup, request, workflow_file, uploads=image is None),
+        agent=_agent_config(
+            setup, request, workflow_file, site_archive if image is None else None, image is None
+        ),
         environment=_environment_config(setup, image),
         verifier=verifier,
     )
@@ -107,7 +111,11 @@ def _environment_config(setup: TrialSetup, image: str | None) -> EnvironmentConf
 
 
 def _agent_config(
-    setup: TrialSetup, request: ExecutionRequest, workflow_file: Path, uploads: bool
+    setup: TrialSetup,
+    request: ExecutionRequest,
+    workflow_file: Path,
+    site_archive: Path | None,
+    uploads: bool,
 ) -> AgentConfig:
     key_env = setup.llm_api_key_env
     return AgentConfig(
@@ -116,6 +124,7 @@ def _agent_config(
             "input_path": str(workflow_file),
             "runtime_dir": str(setup.staging / "runtime") if uploads else None,
             "code_dir": str(setup.staging / "code") if uploads else None,
+            "site_archive": str(site_archive) if site_archive is not None else None,
             "agent_timeout_sec": request.agent_timeout_sec,
         },
         override_timeout_sec=with_margin(request.agent_timeout_sec, HARBOR_MARGIN_SEC),

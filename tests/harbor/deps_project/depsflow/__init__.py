@@ -1,0 +1,1 @@
+"""A workflow package whose import needs its declared dependencies in the trial."""
