@@ -183,3 +183,22 @@ def test_a_slow_api_within_the_timeout_runs_and_a_quota_error_is_short(tmp_path:
         "Failed to create sandbox: Total CPU quota exceeded. Maximum allowed: 10"
     }
     assert run.summary["error_categories"] == {"infra_error": len(ROWS)}
+
+
+def test_a_provider_error_quoting_the_key_is_masked_in_rows_lines_and_files(
+    tmp_path: Path,
+) -> None:
+    """Daytona's credentials are secrets of the run like a model's API key: an error that
+    quotes the key shows ``***`` in the row, the printed line and the full-text file."""
+    with fake_daytona() as fake:
+        fake.answers["POST /sandbox"] = Answer(
+            500, f"<html><head><title>key {KEY} over quota</title></head></html>", "text/html"
+        )
+        run = run_daytona(tmp_path, fake)
+    assert run.returncode == 1, run.stdout + run.stderr
+    for row in run.rows.values():
+        assert row["error_message"].endswith("Failed to create sandbox: key *** over quota")
+        full = Path(row["backend"]["error_log"]).read_text(encoding="utf-8")
+        assert KEY not in full and "key *** over quota" in full
+    assert KEY not in run.output.read_text(encoding="utf-8")
+    assert KEY not in run.stdout + run.stderr
