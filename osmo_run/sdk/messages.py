@@ -17,7 +17,8 @@ import re
 MAX_MESSAGE_CHARS = 300
 """A short message is cut at this many characters (an ellipsis marks the cut)."""
 
-_HTML_START = re.compile(r"<!doctype\s+html|<html[\s>]|<head[\s>]|<body[\s>]", re.IGNORECASE)
+_HTML_START = re.compile(r"<!doctype\s+html|<html[\s>]", re.IGNORECASE)
+"""Where an HTML document starts; a message that only names a tag (``<body>``) is text."""
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
 _INVISIBLE_BLOCKS = re.compile(
     r"<(script|style|head)\b[^>]*>.*?</\1\s*>|<!--.*?-->", re.IGNORECASE | re.DOTALL

@@ -33,6 +33,10 @@ def test_an_html_page_without_a_title_becomes_its_first_text_not_its_styles() ->
     assert short_message(page + "<p>try later</p></body></html>") == "Service & API down"
 
 
+def test_a_message_that_names_a_tag_is_not_taken_for_a_page() -> None:
+    assert short_message("ValueError: expected a <body> tag") == "ValueError: expected a <body> tag"
+
+
 def test_a_compose_failure_keeps_its_sentence_return_code_and_error_line() -> None:
     assert short_message(COMPOSE_FAILURE) == (
         "RuntimeError: Docker compose command failed for environment calculator "
