@@ -14,8 +14,9 @@ from __future__ import annotations
 import html
 import re
 
-MAX_MESSAGE_CHARS = 300
-"""A short message is cut at this many characters (an ellipsis marks the cut)."""
+MAX_MESSAGE_CHARS = 1000
+"""A line longer than this is cut (an ellipsis marks the cut): a safety net for one-line
+blobs, long enough for messages that name a few paths."""
 
 _HTML_START = re.compile(r"<!doctype\s+html|<html[\s>]", re.IGNORECASE)
 """Where an HTML document starts; a message that only names a tag (``<body>``) is text."""
@@ -50,11 +51,14 @@ def _html_text(page: str) -> str:
 
 
 def _output_line(output: str) -> str:
-    """The line of a command's output that says what failed: the last naming an error,
-    else the last one."""
-    lines = _meaningful_lines(output)
+    """The line of a command's output that says what failed: the first naming an error
+    (compose names the service or image there, before the daemon's generic line), else the
+    last line. Harbor writes an output it did not capture as ``None``."""
+    lines = [line for line in _meaningful_lines(output) if line != "None"]
     errors = [line for line in lines if "error" in line.lower()]
-    return (errors or lines or [""])[-1]
+    if errors:
+        return errors[0]
+    return lines[-1] if lines else ""
 
 
 def _first_meaningful(text: str) -> str:
@@ -82,7 +86,7 @@ def short_message(text: str) -> str:
     An HTML page becomes its ``<title>`` (or its first line of text), after whatever
     preceded it on its first line (``"Failed to create sandbox: 502 Bad Gateway"``);
     Harbor's ``docker compose`` failure becomes its first sentence, the return code and the
-    output line naming the error; a traceback its last line; any other text its first line
+    first output line naming an error; a traceback its last line; any other text its first line
     holding a letter or a digit, with runs of white space made one space. A one-line
     message comes back unchanged (apart from the cut at the length limit).
     """

@@ -45,6 +45,20 @@ def test_a_compose_failure_keeps_its_sentence_return_code_and_error_line() -> No
     )
 
 
+def test_a_compose_failure_with_its_output_on_stdout_names_its_first_error_line() -> None:
+    text = (
+        "RuntimeError: Docker compose command failed for environment bad-image. Command: "
+        "docker compose up --detach --wait. Return code: 1. Stdout:  main Pulling\n"
+        " main Error pull access denied for osmo-run/does-not-exist\n"
+        "Error response from daemon: pull access denied for osmo-run/does-not-exist:1\n. "
+        "Stderr: None. "
+    )
+    assert short_message(text) == (
+        "RuntimeError: Docker compose command failed for environment bad-image "
+        "(return code 1): main Error pull access denied for osmo-run/does-not-exist"
+    )
+
+
 def test_a_traceback_becomes_the_exception_it_ends_with() -> None:
     text = "Traceback (most recent call last):\n  File \"x.py\", line 1\n    f()\nKeyError: 'k'\n"
     assert short_message(text) == "KeyError: 'k'"
@@ -58,7 +72,7 @@ def test_a_one_line_message_is_unchanged_and_a_long_one_is_cut() -> None:
     assert short_message("ZeroDivisionError: division by zero") == (
         "ZeroDivisionError: division by zero"
     )
-    long = short_message("x" * 1000)
+    long = short_message("x" * 5000)
     assert len(long) == MAX_MESSAGE_CHARS
     assert long.endswith("…")
 
