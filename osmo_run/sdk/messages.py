@@ -30,6 +30,8 @@ _COMPOSE = re.compile(
     r"Stdout: (?P<out>.*?)\.?\s*Stderr: (?P<err>.*?)\.?\s*$",
     re.DOTALL,
 )
+_LOCATION = re.compile(r" \(at [^\n]+:\d+ in [^\s()]+\)$")
+"""Where osmo-run says an exception was raised (``describe_exception``): kept after a cut."""
 _TRACEBACK = "Traceback (most recent call last):"
 _MEANINGFUL = re.compile(r"[^\W_]")  # a letter or a digit: not a rule, a brace or blank
 
@@ -87,8 +89,10 @@ def short_message(text: str) -> str:
     preceded it on its first line (``"Failed to create sandbox: 502 Bad Gateway"``);
     Harbor's ``docker compose`` failure becomes its first sentence, the return code and the
     first output line naming an error; a traceback its last line; any other text its first line
-    holding a letter or a digit, with runs of white space made one space. A one-line
-    message comes back unchanged (apart from the cut at the length limit).
+    holding a letter or a digit, with runs of white space made one space. The place an
+    exception was raised, ``(at file:line in func)`` at the end of a multi-line message, is
+    kept after the cut. A one-line message comes back unchanged (apart from the cut at the
+    length limit).
     """
     stripped = text.strip()
     if (
@@ -98,7 +102,9 @@ def short_message(text: str) -> str:
         and _COMPOSE.match(stripped) is None
     ):
         return stripped
-    line = _first_meaningful(stripped)
-    if len(line) > MAX_MESSAGE_CHARS:
-        line = line[: MAX_MESSAGE_CHARS - 1].rstrip() + "…"
-    return line
+    location = _LOCATION.search(stripped) if "\n" in stripped else None
+    suffix = location.group() if location is not None else ""
+    line = _first_meaningful(stripped[: location.start()] if location else stripped)
+    if len(line) + len(suffix) > MAX_MESSAGE_CHARS:
+        line = line[: max(MAX_MESSAGE_CHARS - len(suffix) - 1, 0)].rstrip() + "…"
+    return line + suffix

@@ -68,6 +68,11 @@ def test_multi_line_text_keeps_its_first_line_with_a_letter_or_digit() -> None:
     assert short_message("\n-----\n  ValueError:   bad   row\nmore\n") == "ValueError: bad row"
 
 
+def test_the_place_an_exception_was_raised_is_kept_after_the_cut() -> None:
+    text = "RuntimeError: upstream said\n<p>no</p>\nmore (at /app/flow.py:12 in run)"
+    assert short_message(text) == "RuntimeError: upstream said (at /app/flow.py:12 in run)"
+
+
 def test_a_one_line_message_is_unchanged_and_a_long_one_is_cut() -> None:
     assert short_message("ZeroDivisionError: division by zero") == (
         "ZeroDivisionError: division by zero"
