@@ -202,3 +202,24 @@ def test_a_provider_error_quoting_the_key_is_masked_in_rows_lines_and_files(
         assert KEY not in full and "key *** over quota" in full
     assert KEY not in run.output.read_text(encoding="utf-8")
     assert KEY not in run.stdout + run.stderr
+
+
+def test_a_quota_answered_per_sandbox_trips_the_breaker_with_the_short_cause(
+    tmp_path: Path,
+) -> None:
+    """What one preflight call cannot tell (the quota runs out when sandboxes are created)
+    fails rows with one cause; the breaker (K = 2 here) stops the run after two of them
+    with that cause in one short line, and the rest are not started."""
+    rows = [{"id": f"q{i}", "prompt": "hi", "label": "42"} for i in range(1, 9)]
+    with fake_daytona() as fake:
+        fake.answers["POST /sandbox"] = QUOTA_EXCEEDED
+        spec = harbor_spec(**NO_RETRIES, concurrency=1)
+        env = cli_env(**fake.env(KEY))
+        run = run_harbor(tmp_path, rows, spec, "--env", "daytona", "--breaker", "2", env=env)
+    assert run.returncode == 5, run.stdout + run.stderr
+    assert len(run.rows) == 2
+    output = (run.stdout + run.stderr).splitlines()
+    [stopped] = [line for line in output if line.startswith("stopped by the breaker")]
+    assert "2 rollouts in a row failed with infra_error" in stopped, stopped
+    assert "Total CPU quota exceeded. Maximum allowed: 10" in stopped, stopped
+    assert "6 rows not started" in stopped, stopped
