@@ -9,9 +9,7 @@ when the backend kept one for the row (Harbor), else in the run's ``errors/`` di
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,20 +19,17 @@ TRIAL_ERROR_FILE = "osmo-run-error.txt"
 """The file in a kept trial directory that holds the row's full error text."""
 
 
-def _file_name(rollout_id: str) -> str:
-    """A file name for ``rollout_id`` that no row id can turn into a path elsewhere."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", rollout_id).strip(".-")[:60] or "row"
-    digest = hashlib.sha256(rollout_id.encode()).hexdigest()[:8]
-    return f"{slug}-{digest}.txt"
-
-
-def keep_full_error(result: ExecutionResult, errors_dir: Path, mask: Callable[[str], str]) -> None:
+def keep_full_error(
+    result: ExecutionResult, errors_dir: Path, name: str, mask: Callable[[str], str]
+) -> None:
     """Write ``result.error_detail`` (masked with ``mask``: secrets never reach the file)
     and point ``result.backend["error_log"]`` at it; nothing when the message was not cut.
 
-    The file goes into ``result.backend["trial_dir"]`` when there is one, else into
-    ``errors_dir``. A file that cannot be written leaves the row without the pointer and
-    says so in its ``warnings``: the row itself is never lost for it.
+    The file goes into ``result.backend["trial_dir"]`` when there is one, else to
+    ``errors_dir/<name>.txt``, ``name`` being the rollout's safe name
+    (:mod:`osmo_run.sdk.names`: a row id is never a path). A file that cannot be written
+    leaves the row without the pointer and says so in its ``warnings``: the row itself is
+    never lost for it.
     """
     detail = result.error_detail
     if not detail:
@@ -43,7 +38,7 @@ def keep_full_error(result: ExecutionResult, errors_dir: Path, mask: Callable[[s
     if isinstance(trial_dir, str) and Path(trial_dir).is_dir():
         path = Path(trial_dir) / TRIAL_ERROR_FILE
     else:
-        path = errors_dir / _file_name(result.rollout_id)
+        path = errors_dir / f"{name}.txt"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
