@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed
 
 # Every extra, for the tests. strands-agents wants mcp<2.2 and harbor's fastmcp mcp>=2.3 (for
 # an MCP server osmo-run never starts), so pip resolves them only in two steps; the second
-# settles mcp (and openai, for openai-agents) for the agent frameworks.
+# settles mcp (and openai, for openai-agents) for the agent frameworks. daytona belongs in
+# the first: resolved with harbor in a fresh venv it is quick, while added to a venv that
+# already holds every other extra pip gives up with resolution-too-deep.
 $(STAMP): pyproject.toml scripts/find-python scripts/install-embedded-llm.sh
 	@test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip

@@ -82,6 +82,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             prebuild_local_image=task.prebuild,
             cleanup_successful_trials=not task.keep_trials,
             trials_dir=task.trials_dir or context.paths.trials,
+            preflight_timeout_sec=task.preflight_timeout_sec,
             run_id=context.run_id,
             llm=context.llm,
             llm_api_key_env=spec.llm.api_key_env if spec.llm else None,
@@ -148,6 +149,12 @@ def harbor(
             "trials/ in the run directory]."
         ),
     ] = None,
+    preflight_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the one-call check of a remote environment waits [default: 30]."
+        ),
+    ] = None,
     run: RunFlags,
     ci: CIFlags,
 ) -> None:
@@ -164,6 +171,7 @@ def harbor(
         prebuild=prebuild,
         keep_trials=keep_trials,
         trials_dir=trials_dir,
+        preflight_timeout_sec=preflight_timeout,
     )
     spec = load_run_spec(run, harbor=overrides, seed=ci.seed)
     task = spec.harbor

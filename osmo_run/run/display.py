@@ -174,9 +174,11 @@ class PlainDisplay(Display):
             if self._failure_lines <= self._max_failures:
                 category = result.error_category.value if result.error_category else "-"
                 phase = result.error_phase.value if result.error_phase else "-"
+                full = result.backend.get("error_log")
                 self._print(
                     f"{result.status.value.upper()} row {one_line(result.rollout_id)} "
                     f"[{category}, {phase}]: {one_line(result.error_message or '')}"
+                    + (f" (full text: {one_line(str(full))})" if full else "")
                 )
             elif self._failure_lines == self._max_failures + 1:
                 self._print("(further failed rows are in the output file only)")

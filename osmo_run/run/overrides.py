@@ -29,6 +29,7 @@ class HarborOverrides:
     prebuild: bool | None = None
     keep_trials: bool | None = None
     trials_dir: Path | None = None
+    preflight_timeout_sec: float | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ a step that learns something new (the embedded model's address) makes a new plan
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,11 @@ from osmo_run.run.settings import RunSettings
 from osmo_run.run.spec import RunSpec
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import SMOKE_DEADLINE_SEC
+
+PROVIDER_CREDENTIALS: dict[str, tuple[str, ...]] = {
+    "daytona": ("DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN"),
+}
+"""The variables holding a remote Harbor environment's credentials, by ``--env`` name."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,14 @@ class RunPlan:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """Values masked in everything the run writes and shows."""
+        """Values masked in everything the run writes and shows: the model's and the judge's
+        API keys, and the credentials of the remote Harbor environment the run uses (a
+        provider's error may quote them)."""
         endpoints = (self.llm, self.judge)
-        return tuple(e.api_key for e in endpoints if e is not None and e.api_key)
+        keys = [e.api_key for e in endpoints if e is not None and e.api_key]
+        for name in PROVIDER_CREDENTIALS.get(self.spec.harbor.env, ()):
+            keys += [os.environ[name]] if os.environ.get(name) else []
+        return tuple(keys)
 
 
 def plan_run(settings: RunSettings) -> RunPlan:

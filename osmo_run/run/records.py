@@ -139,6 +139,7 @@ def record_dict(
     into a result."""
     data = result.to_dict()
     rollout_id = data.pop("rollout_id")
+    data.pop("error_detail")  # the full text goes to the file backend.error_log names
     return {
         "schema_version": SCHEMA_VERSION,
         "row_id": row_id,

@@ -68,6 +68,11 @@ class RunPaths:
     def trials(self) -> Path:
         return self.directory / "trials"
 
+    @property
+    def errors(self) -> Path:
+        """Full error texts of rows whose message was cut (see :mod:`.full_errors`)."""
+        return self.directory / "errors"
+
 
 def repair_torn_tail(path: Path) -> bool:
     """Cut a last line that has no newline (a write cut short by a crash); return whether

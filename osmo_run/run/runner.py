@@ -22,9 +22,11 @@ from osmo_run.backends.base import ExecutionBackend, ProgressPhase
 from osmo_run.run.breaker import Breaker, BreakerTrip
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
+from osmo_run.run.full_errors import keep_full_error
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import attempt_dict, record_dict, record_line
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
+from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
 from osmo_run.sdk.names import rollout_name, safe_name
@@ -163,6 +165,8 @@ class Runner:
             result.timings.total_sec = time.monotonic() - flight.started
         if result.error_message:  # the display prints it too: mask secrets there as well
             result.error_message = self._writer.mask(result.error_message)
+        errors = RunPaths(self._writer.path).errors
+        keep_full_error(result, errors, item.safe_name, self._writer.mask)
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
             record = record_dict(

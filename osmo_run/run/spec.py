@@ -261,6 +261,12 @@ class HarborSpec(_Strict):
         default=False, description="Keep trial directories of successful rows too"
     )
     trials_dir: SpecPath | None = Field(default=None, description="Where trial directories go")
+    preflight_timeout_sec: float = Field(
+        default=30.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="How long the one-call check of a remote environment waits for its API",
+    )
 
 
 class RequirementsSpec(_Strict):

@@ -157,7 +157,26 @@ def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation)
         result.checked.append(f"dataset {dataset_path}: {count} rows")
 
 
-def _check_environment(env: str, result: Validation) -> None:
+def _daytona_problem(timeout_sec: float) -> str | None:
+    """What the run's one-call preflight of Daytona would refuse (``None``: nothing)."""
+    import importlib.util
+
+    if importlib.util.find_spec("daytona") is None:
+        return (
+            "environment daytona: Harbor's 'daytona' extra is not installed; "
+            "install it with: pip install 'harbor[daytona]'"
+        )
+    from osmo_run.backends.harbor.remote_probes import probe_daytona
+    from osmo_run.sdk.rollout import run_to_completion
+
+    try:
+        run_to_completion(probe_daytona(timeout_sec))
+    except OsmoRunError as exc:
+        return "environment daytona: " + str(exc).removeprefix("--env daytona: ")
+    return None
+
+
+def _check_environment(env: str, result: Validation, timeout_sec: float = 30.0) -> None:
     if env == "docker":
         docker = shutil.which("docker")
         answered = docker is not None and (
@@ -178,8 +197,11 @@ def _check_environment(env: str, result: Validation) -> None:
         has_jwt = bool(
             os.environ.get("DAYTONA_JWT_TOKEN") and os.environ.get("DAYTONA_ORGANIZATION_ID")
         )
-        if has_key or has_jwt:
-            result.checked.append("daytona credentials present")
+        problem = _daytona_problem(timeout_sec) if has_key or has_jwt else None
+        if problem is not None:
+            result.problems.append(problem)
+        elif has_key or has_jwt:
+            result.checked.append("daytona credentials accepted (one API call)")
         else:
             result.problems.append(
                 "environment daytona: set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and "
@@ -198,7 +220,10 @@ def _check_task(task_dir: Path, spec: RunSpec | None, result: Validation) -> Non
     if not problems:
         result.checked.append(f"task {task_dir}")
     before = len(result.problems)
-    _check_environment(spec.harbor.env if spec is not None else "docker", result)
+    if spec is None:
+        _check_environment("docker", result)
+    else:
+        _check_environment(spec.harbor.env, result, spec.harbor.preflight_timeout_sec)
     if spec is not None and not problems and len(result.problems) == before:
         _check_requirements(task_dir, spec, result)
 

@@ -443,10 +443,7 @@ def _one_reward(
 
 
 def _fail_in_place(result: ExecutionResult, category: ErrorCategory, message: str) -> None:
-    result.status = RolloutStatus.FAILURE
-    result.error_category = category
-    result.error_message = message
-    result.error_phase = Phase.GRADER
+    result.fail(category, message, Phase.GRADER)
     if result.sample is not None:
         result.sample.reward = None
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.names import safe_name
 
 Message = dict[str, Any]
@@ -351,11 +352,16 @@ class ExecutionResult:
     ``status`` is ``GRADING`` only in the result handed to ``on_workflow_complete`` when a
     grader will run next; otherwise it is terminal. A ``FAILURE`` or ``CANCELLED`` result
     carries ``error_category``, ``error_message`` and ``error_phase`` (build one with
-    :meth:`failure` or :meth:`from_exception`). ``grader_skipped`` says why a successful
-    rollout was not graded. ``backend`` holds backend diagnostics (trial id, trial
-    directory) that go to the output file. ``usage`` is what the workflow spent on its
-    model (``None`` when it made no model call that reported usage); ``grader_usage`` what
-    the grader spent on its own (a judge model), counted apart. ``warnings`` says what
+    :meth:`failure` or :meth:`from_exception`, or turn one into it with :meth:`fail`):
+    ``error_message`` is the first meaningful line of what went wrong
+    (:func:`~osmo_run.sdk.messages.short_message`) and ``error_detail`` the full text when
+    that line was cut from a longer one (``None`` otherwise); the run keeps the full text in
+    a file the row's ``backend.error_log`` names, never in the row. ``grader_skipped``
+    says why a successful rollout was not graded. ``backend`` holds backend diagnostics
+    (trial id, trial directory) that go to the output file. ``usage`` is what the workflow
+    spent on its model (``None`` when it made no model call that reported usage);
+    ``grader_usage`` what the grader spent on its own (a judge model), counted apart.
+    ``warnings`` says what
     went wrong without failing the rollout (telemetry dropped, no artifacts directory, a
     deadline extended while another row blocked the event loop), one sentence each.
     """
@@ -366,6 +372,7 @@ class ExecutionResult:
     error_category: ErrorCategory | None = None
     error_message: str | None = None
     error_phase: Phase | None = None
+    error_detail: str | None = None
     grader_skipped: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)
@@ -383,16 +390,25 @@ class ExecutionResult:
         phase: Phase | None = Phase.SETUP,
         sample: RolloutSample | None = None,
     ) -> ExecutionResult:
-        """A failed rollout; status ``CANCELLED`` when ``category`` is ``CANCELLED``."""
+        """A failed rollout; status ``CANCELLED`` when ``category`` is ``CANCELLED``. Its
+        ``error_message`` is ``message`` cut to its first meaningful line (see :meth:`fail`)."""
+        result = cls(rollout_id=rollout_id, status=RolloutStatus.FAILURE, sample=sample)
+        result.fail(category, message, phase)
+        return result
+
+    def fail(self, category: ErrorCategory, message: str | None, phase: Phase | None) -> None:
+        """Make this result the failure ``category`` in ``phase`` (status ``CANCELLED`` for
+        ``CANCELLED``), its message the first meaningful line of ``message``
+        (:func:`~osmo_run.sdk.messages.short_message`) and ``error_detail`` the whole of
+        ``message`` when that line was cut from it. Every failure's message is set here."""
         cancelled = category is ErrorCategory.CANCELLED
-        return cls(
-            rollout_id=rollout_id,
-            status=RolloutStatus.CANCELLED if cancelled else RolloutStatus.FAILURE,
-            sample=sample,
-            error_category=category,
-            error_message=message,
-            error_phase=phase,
-        )
+        self.status = RolloutStatus.CANCELLED if cancelled else RolloutStatus.FAILURE
+        self.error_category = category
+        self.error_phase = phase
+        short = None if message is None else short_message(message)
+        self.error_message = short
+        full = None if message is None else message.strip()
+        self.error_detail = full if short is not None and short != full else None
 
     @classmethod
     def from_exception(
@@ -432,6 +448,7 @@ class ExecutionResult:
             "error_category": _enum_value(self.error_category),
             "error_message": self.error_message,
             "error_phase": _enum_value(self.error_phase),
+            "error_detail": self.error_detail,
             "grader_skipped": self.grader_skipped,
             "timings": self.timings.to_dict(),
             "sample": None if sample is None else sample.to_dict(),
@@ -463,6 +480,7 @@ class ExecutionResult:
             error_category=ErrorCategory(category) if category else None,
             error_message=data.get("error_message"),
             error_phase=Phase(phase) if phase else None,
+            error_detail=data.get("error_detail"),
             grader_skipped=data.get("grader_skipped"),
             info=dict(data.get("info") or {}),
             timings=Timings.from_dict(data.get("timings")),

@@ -354,8 +354,9 @@ def test_a_report_that_cannot_be_written_at_the_end_keeps_the_runs_verdict(
     assert json.loads((output.parent / "results.summary.json").read_text())["total"] == 1
 
 
-HOSTILE = "\x1b[31mred\x1b[0m\nsecond line\r<b>bold?</b> | *not* a_cell\u2028end"
-"""An exception text with an ANSI colour, raw newlines, HTML and Markdown in it."""
+HOSTILE = "\x1b[31mred\x1b[0m <b>bold?</b> | *not* a_cell\nsecond line\rthird\u2028end"
+"""An exception text with an ANSI colour, HTML and Markdown on its first line, then raw
+line breaks (a newline, a carriage return, U+2028)."""
 
 
 def test_plain_output_and_markdown_show_control_characters_on_one_line(
@@ -372,18 +373,17 @@ def test_plain_output_and_markdown_show_control_characters_on_one_line(
     assert "\x1b" not in proc.stdout and "\r" not in proc.stdout and "\u2028" not in proc.stdout
     (failure,) = [line for line in proc.stdout.splitlines() if line.startswith("FAILURE")]
     assert failure.startswith("FAILURE row odd\\x1b[2Jid [agent_error, workflow]: RuntimeError: ")
-    assert (
-        "the server refused \\x1b[31mred\\x1b[0m\\nsecond line\\r<b>bold?</b> | *not* "
-        "a_cell\\u2028end (at " in failure
-    )
+    # the message is its first line (with where it was raised); the rest is in the file
+    assert "the server refused \\x1b[31mred\\x1b[0m <b>bold?</b> | *not* a_cell (at " in failure
+    [row_record] = read_jsonl(output)
+    full_text = Path(row_record["backend"]["error_log"]).read_bytes().decode("utf-8")
+    assert HOSTILE in full_text
+    assert failure.endswith(f"(full text: {row_record['backend']['error_log']})")
     markdown = report.read_text(encoding="utf-8")
     assert "\x1b" not in markdown and "\r" not in markdown and "\u2028" not in markdown
     (row,) = [line for line in markdown.splitlines() if line.startswith("| odd")]
     assert row.startswith("| odd\\\\x1b\\[2Jid | agent_error | workflow | RuntimeError: ")
-    assert (
-        "\\\\x1b\\[31mred\\\\x1b\\[0m\\\\nsecond line\\\\r&lt;b&gt;bold?&lt;/b&gt; \\| "
-        "\\*not\\* a_cell\\\\u2028end" in row
-    )
+    assert "\\\\x1b\\[31mred\\\\x1b\\[0m &lt;b&gt;bold?&lt;/b&gt; \\| \\*not\\* a_cell" in row
     assert row.endswith(" |") and row.count(" | ") == 3  # four cells, none split by a pipe
 
 

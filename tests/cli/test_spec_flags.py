@@ -48,6 +48,7 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "harbor.prebuild": (["--no-prebuild"], False),
     "harbor.keep_trials": (["--keep-trials"], True),
     "harbor.trials_dir": (["--trials-dir", "trials"], Path("trials")),
+    "harbor.preflight_timeout_sec": (["--preflight-timeout", "5"], 5.0),
 }
 
 

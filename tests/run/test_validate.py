@@ -3,6 +3,7 @@ Harbor task listed in one pass, exit 2 when there is one; in process and through
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from osmo_run.run.validate import validate
 from tests.conftest import CLI, REPO, cli_env, error_lines, jsonl_bytes
+from tests.harbor.fake_daytona import REJECTED_KEY, fake_daytona
 
 UNSET_KEY = "OSMO_RUN_TEST_UNSET_KEY"
 
@@ -142,7 +144,24 @@ def test_daytona_without_credentials_is_a_problem(
         "DAYTONA_ORGANIZATION_ID)"
     ]
     monkeypatch.setenv("DAYTONA_API_KEY", "k")
-    assert validate(spec, None, harbor=True).problems == []
+    if importlib.util.find_spec("daytona") is None:  # the key cannot be checked without it
+        assert validate(spec, None, harbor=True).problems == [
+            "environment daytona: Harbor's 'daytona' extra is not installed; "
+            "install it with: pip install 'harbor[daytona]'"
+        ]
+        return
+    with fake_daytona() as fake:  # stands for Daytona's cloud, out of reach from here
+        monkeypatch.setenv("DAYTONA_API_URL", fake.url)
+        checked = validate(spec, None, harbor=True)
+        assert checked.problems == []
+        assert "daytona credentials accepted (one API call)" in checked.checked
+        fake.answer_everything(REJECTED_KEY)
+        assert validate(spec, None, harbor=True).problems == [
+            f"environment daytona: Daytona's API at {fake.url} rejected the credentials "
+            "(answered 401 Unauthorized: Invalid API key); check DAYTONA_API_KEY (or "
+            "DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID)"
+        ]
+        assert fake.calls("GET") == 2  # one call per validation
 
 
 # --- the CLI ----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from osmo_run.backends.harbor.preflight import (
     task_for_row,
 )
 from osmo_run.backends.harbor.relay import LoopbackRelay, reach_from_trials
+from osmo_run.backends.harbor.remote_probes import PREFLIGHT_TIMEOUT_SEC
 from osmo_run.backends.harbor.requirements import (
     RequirementOptions,
     RequirementSet,
@@ -109,6 +110,8 @@ class HarborBackend(ExecutionBackend):
     directories of successful rows; failed ones are kept for debugging. ``requirements``:
     what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
     resolved before any row and baked into the prebuilt image or uploaded at setup.
+    ``preflight_timeout_sec`` bounds the one API call that checks a remote environment
+    before any row runs (:mod:`.remote_probes`).
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -136,6 +139,7 @@ class HarborBackend(ExecutionBackend):
         judge_api_key_env: str | None = None,
         run_id: str | None = None,
         requirements: RequirementOptions | None = None,
+        preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -151,6 +155,7 @@ class HarborBackend(ExecutionBackend):
         self._is_docker = is_local_docker(self._environment)
         self._prebuild = prebuild_local_image and self._is_docker
         self._cleanup = cleanup_successful_trials
+        self._preflight_timeout_sec = preflight_timeout_sec
         self._run_id = run_id or "adhoc"
         self._invocation = uuid.uuid4().hex[:8]
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
@@ -205,7 +210,7 @@ class HarborBackend(ExecutionBackend):
         async with self._prepare_lock:
             if self._setup is not None:
                 return
-            await check_environment(self._environment)
+            await check_environment(self._environment, self._preflight_timeout_sec)
             llm_url, judge_url = await self._reach_endpoints()
             if self._task_dir is not None:
                 problems = check_task_dir(self._task_dir)

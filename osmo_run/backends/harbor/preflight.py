@@ -16,6 +16,7 @@ from harbor.models.environment_type import EnvironmentType
 from harbor.models.trial.config import EnvironmentConfig
 
 from osmo_run.backends.harbor import docker as docker_ops
+from osmo_run.backends.harbor.remote_probes import PREFLIGHT_TIMEOUT_SEC, REMOTE_PROBES
 from osmo_run.backends.harbor.requirements import RequirementOptions, collect_requirements
 from osmo_run.backends.harbor.wheelhouse import installed_site, target_python
 from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
@@ -107,10 +108,13 @@ def environment_name(environment: EnvironmentConfig) -> str:
     return str(environment.import_path or (environment.type or EnvironmentType.DOCKER).value)
 
 
-async def check_environment(environment: EnvironmentConfig) -> None:
+async def check_environment(
+    environment: EnvironmentConfig, timeout_sec: float = PREFLIGHT_TIMEOUT_SEC
+) -> None:
     """Raise :class:`EnvironmentNotReady` unless trials can start in ``environment``: a
     Docker engine with compose v2 for docker; Harbor's own preflight (its extra, its
-    credentials) for the others."""
+    credentials) for the others, then, for a remote environment with a probe
+    (:data:`REMOTE_PROBES`), one API call that answers within ``timeout_sec``."""
     if is_local_docker(environment):
         await docker_ops.engine_ready()
         return
@@ -134,6 +138,9 @@ async def check_environment(environment: EnvironmentConfig) -> None:
             f"the {environment_name(environment)} environment is not usable: "
             f"{' '.join(str(exc).split())}"
         ) from None
+    probe = None if environment.import_path else REMOTE_PROBES.get(kind)
+    if probe is not None:
+        await probe(timeout_sec)
 
 
 def _missing_harbor_extra(kind: EnvironmentType | None) -> str | None:
