@@ -4,6 +4,7 @@ no traceback and no result rows."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -68,11 +69,32 @@ def test_daytona_without_credentials_exits_2_with_one_clear_line(tmp_path: Path)
         assert "pip install 'harbor[daytona]'" in line
 
 
-@pytest.mark.skipif(DAYTONA_INSTALLED, reason="with the extra, a key would reach Daytona's cloud")
+_HIDE_DAYTONA = """
+import importlib.metadata as metadata
+
+_distribution = metadata.distribution
+
+
+def distribution(name):
+    if name.lower().replace("_", "-") == "daytona":
+        raise metadata.PackageNotFoundError(name)
+    return _distribution(name)
+
+
+metadata.distribution = distribution
+"""
+
+
 def test_daytona_key_without_the_extra_exits_2_naming_the_install(tmp_path: Path) -> None:
     """A DAYTONA_API_KEY is set but the ``daytona`` extra is missing: one line, not one
-    infra_error per row. Daytona's cloud is never reached."""
+    infra_error per row. The extra is installed here (CI tests Daytona against a fake API),
+    so this run hides its package from the process with a ``sitecustomize`` that says it is
+    not installed; Daytona's cloud is never reached."""
+    hider = tmp_path / "hide-daytona"
+    hider.mkdir()
+    (hider / "sitecustomize.py").write_text(_HIDE_DAYTONA, encoding="utf-8")
     env = cli_env(DAYTONA_API_KEY="not-a-real-key")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hider), env.get("PYTHONPATH")]))
     run = run_harbor(tmp_path, ROWS, harbor_spec(), "--env", "daytona", env=env)
     line = assert_refused(run)
     assert line == (
