@@ -165,8 +165,9 @@ class Runner:
             result.timings.total_sec = time.monotonic() - flight.started
         if result.error_message:  # the display prints it too: mask secrets there as well
             result.error_message = self._writer.mask(result.error_message)
-        errors = RunPaths(self._writer.path).errors
-        keep_full_error(result, errors, item.safe_name, self._writer.mask)
+        if result.error_detail:  # a message cut to one line: its full text to a file
+            errors = RunPaths(self._writer.path).errors
+            keep_full_error(result, errors, item.safe_name, self._writer.mask)
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
             record = record_dict(
