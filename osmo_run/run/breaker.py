@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
 
 DEFAULT_BREAKER_AFTER = 5
@@ -64,10 +65,10 @@ addresses with their ports, ids (letters and digits mixed), then any number."""
 
 
 def _first_line(message: str) -> str:
-    """The first line that holds anything of ``message``, without where it was raised
-    and the retry note (the fault, as a person reads it)."""
-    first = next((line.strip() for line in message.splitlines() if line.strip()), "")
-    return _GAVE_UP.sub("", _WHERE.sub("", first))
+    """The first meaningful line of ``message`` (:func:`~osmo_run.sdk.messages.short_message`:
+    an HTML page's title, a traceback's last line), without where it was raised and the
+    retry note (the fault, as a person reads it)."""
+    return _GAVE_UP.sub("", _WHERE.sub("", short_message(message)))
 
 
 def _mask_id(line: str, rollout_id: str) -> str:
