@@ -74,7 +74,8 @@ class OutputWriter:
 
     def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
         self.path = path
-        self._secrets = tuple(s for s in secrets if s)
+        # longest first: a key that contains another is masked whole
+        self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -83,6 +84,11 @@ class OutputWriter:
         self._fd = fd
         self._size = os.fstat(fd).st_size  # the end of the last complete line
         self.lines_written = 0
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The values masked in what this writer writes, longest first."""
+        return self._secrets
 
     def mask(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""

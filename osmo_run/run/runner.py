@@ -16,6 +16,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase
@@ -27,6 +28,7 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import attempt_dict, record_dict, record_line
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.scrub import scrub_directory
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
 from osmo_run.sdk.names import rollout_name, safe_name
@@ -165,9 +167,7 @@ class Runner:
             result.timings.total_sec = time.monotonic() - flight.started
         if result.error_message:  # the display prints it too: mask secrets there as well
             result.error_message = self._writer.mask(result.error_message)
-        if result.error_detail:  # a message cut to one line: its full text to a file
-            errors = RunPaths(self._writer.path).errors
-            keep_full_error(result, errors, item.safe_name, self._writer.mask)
+        self._keep_diagnostics(result, item)
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
             record = record_dict(
@@ -201,6 +201,16 @@ class Runner:
             self._display.message("fail-fast: a rollout failed; no further rows are started")
         if self._breaker is not None:
             self._watch(self._breaker, result, row.row_id)
+
+    def _keep_diagnostics(self, result: ExecutionResult, item: WorkItem) -> None:
+        """A message cut to one line has its full text written to a file; a directory the
+        backend kept for the row (a trial's) has the run's secrets masked in its files."""
+        if result.error_detail:
+            errors = RunPaths(self._writer.path).errors
+            keep_full_error(result, errors, item.safe_name, self._writer.mask)
+        kept = result.backend.get("trial_dir")
+        if isinstance(kept, str) and self._writer.secrets:
+            result.warnings.extend(scrub_directory(Path(kept), self._writer.secrets))
 
     def _watch(self, breaker: Breaker, result: ExecutionResult, row_id: str) -> None:
         """Show ``result`` to the breaker; when it trips, stop dispatching (the rows in

@@ -189,7 +189,8 @@ def test_a_provider_error_quoting_the_key_is_masked_in_rows_lines_and_files(
     tmp_path: Path,
 ) -> None:
     """Daytona's credentials are secrets of the run like a model's API key: an error that
-    quotes the key shows ``***`` in the row, the printed line and the full-text file."""
+    quotes the key shows ``***`` in the row, the printed line, the full-text file and the
+    files Harbor wrote in the kept trial directory."""
     with fake_daytona() as fake:
         fake.answers["POST /sandbox"] = Answer(
             500, f"<html><head><title>key {KEY} over quota</title></head></html>", "text/html"
@@ -200,6 +201,9 @@ def test_a_provider_error_quoting_the_key_is_masked_in_rows_lines_and_files(
         assert row["error_message"].endswith("Failed to create sandbox: key *** over quota")
         full = Path(row["backend"]["error_log"]).read_text(encoding="utf-8")
         assert KEY not in full and "key *** over quota" in full
+        kept = [p for p in Path(row["backend"]["trial_dir"]).rglob("*") if p.is_file()]
+        assert kept  # Harbor's own trial.log, exception.txt, result.json: masked too
+        assert [p.name for p in kept if KEY.encode() in p.read_bytes()] == []
     assert KEY not in run.output.read_text(encoding="utf-8")
     assert KEY not in run.stdout + run.stderr
 
