@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import pty
 import subprocess
 import sys
 from collections import Counter
@@ -91,6 +92,27 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["COLUMNS"] = "120"
     env.update(extra)
     return env
+
+
+def run_on_a_terminal(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: float = 30
+) -> tuple[int, bytes]:
+    """Run ``args`` with stdout and stderr on a pseudo-terminal (as CI runners often give
+    one); return the exit code and everything it wrote there."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=secondary, stderr=secondary)
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(primary)
+    return proc.wait(timeout), shown
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ arithmetic at and around each threshold is ``tests/run/test_gates.py``.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 import time
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from tests.conftest import (
     error_lines,
     jsonl_bytes,
     read_jsonl,
+    run_on_a_terminal,
 )
 
 WriteJsonl = Callable[..., Path]
@@ -457,26 +456,8 @@ def test_plain_on_a_terminal_has_no_control_codes_and_whole_gate_lines(
     data = write_jsonl(GATED)
     args = [str(OSMO_RUN), "local", str(data), "--code-dir", str(REPO), *REWARDED, "--plain"]
     args += ["-o", str(tmp_path / "o.jsonl"), "--fail-under", "0.9", "--max-errors", "0"]
-    primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        args,
-        cwd=tmp_path,
-        env=cli_env(TERM="xterm-256color", COLUMNS="60"),
-        stdout=secondary,
-        stderr=secondary,
-    )
-    os.close(secondary)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(primary)
-    assert proc.wait(30) == ExitCode.ERROR_BUDGET_EXCEEDED
+    code, shown = run_on_a_terminal(args, tmp_path, cli_env(TERM="xterm-256color", COLUMNS="60"))
+    assert code == ExitCode.ERROR_BUDGET_EXCEEDED
     text = shown.decode().replace("\r\n", "\n")
     assert "\x1b" not in text
     assert "gate failed: --max-errors measured 1, above the maximum 0\n" in text

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
 import subprocess
 from pathlib import Path
@@ -13,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from osmo_run import __version__
-from tests.conftest import CLI, OSMO_RUN, REPO, cli_env
+from tests.conftest import CLI, OSMO_RUN, REPO, cli_env, run_on_a_terminal
 
 SGR = re.compile(rb"\x1b\[[0-9;]*m")
 """An ANSI style (colour, bold) sequence."""
@@ -85,26 +83,10 @@ def _through_a_pipe(tmp_path: Path, **env: str) -> bytes:
 
 
 def _on_a_terminal(tmp_path: Path, **env: str) -> bytes:
-    primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        [str(OSMO_RUN), *_args(tmp_path)],
-        cwd=tmp_path,
-        env=cli_env(TERM="xterm-256color", **env),
-        stdout=secondary,
-        stderr=secondary,
+    code, shown = run_on_a_terminal(
+        [str(OSMO_RUN), *_args(tmp_path)], tmp_path, cli_env(TERM="xterm-256color", **env)
     )
-    os.close(secondary)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(primary)
-    assert proc.wait(30) == 0, shown
+    assert code == 0, shown
     assert b"Run summary" in shown
     return shown
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
 import stat
-import subprocess
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +13,16 @@ import pytest
 import yaml
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, OSMO_RUN, REPO, Row, cli_env, error_lines, read_jsonl
+from tests.conftest import (
+    CLI,
+    OSMO_RUN,
+    REPO,
+    Row,
+    cli_env,
+    error_lines,
+    read_jsonl,
+    run_on_a_terminal,
+)
 
 WriteJsonl = Callable[..., Path]
 SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
@@ -256,22 +262,8 @@ def test_plain_display_has_no_control_codes_on_a_terminal_either(
     data = write_jsonl(MIXED[:4])
     args = [str(OSMO_RUN), "local", str(data), "--code-dir", str(REPO), *GRADED]
     args += ["--display", "plain", "-o", str(tmp_path / "out.jsonl")]
-    primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        args, cwd=tmp_path, env=cli_env(TERM="xterm-256color"), stdout=secondary, stderr=secondary
-    )
-    os.close(secondary)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(primary)
-    assert proc.wait(30) == 1
+    code, shown = run_on_a_terminal(args, tmp_path, cli_env(TERM="xterm-256color"))
+    assert code == 1
     assert b"Run summary" in shown
     assert b"\x1b" not in shown
 
