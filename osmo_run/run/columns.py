@@ -25,7 +25,7 @@ naming it and the columns there are; in JSONL, the row that lacks it is a bad ro
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from osmo_run.run.rows import KNOWN_COLUMNS, RowError, metadata_object, shown
@@ -52,7 +52,14 @@ class ColumnMap:
     metadata: tuple[str, ...] | None = None
 
     def is_empty(self) -> bool:
-        return all(getattr(self, f.name) is None for f in fields(self))
+        # per row (apply): plain attribute reads, not dataclasses.fields()
+        return (
+            self.id is None
+            and self.prompt is None
+            and self.system_prompt is None
+            and self.label is None
+            and self.metadata is None
+        )
 
     def paths(self) -> list[tuple[str, str]]:
         """``(field, column path)`` of every column the mapping names."""

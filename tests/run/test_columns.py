@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,10 @@ def test_a_csv_cell_holding_json_can_be_entered_by_a_dotted_path(tmp_path: Path)
     path.write_text('q,reward_model\nhi,"{""ground_truth"": ""7""}"\n')
     (request,) = _requests(path, column_map(None, prompt="q", label="reward_model.ground_truth"))
     assert request.label == "7"
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ColumnMap)])
+def test_a_mapping_naming_any_one_field_is_not_empty(field: str) -> None:
+    value: object = ("source",) if field == "metadata" else "col"
+    assert ColumnMap().is_empty()
+    assert not ColumnMap(**{field: value}).is_empty()
