@@ -52,8 +52,8 @@ def missing_extra(grader: str, library: str, extra: str, exc: ImportError) -> Im
     names the library and how to get it, on this host or in a Harbor trial's image."""
     return ImportError(
         f"{grader} needs {library}, which is not installed where the grader runs ({exc}); "
-        f"pip install 'osmo-run[{extra}]' (in a Harbor trial: install {library} in the "
-        "task's image)"
+        f"pip install 'osmo-run[{extra}]' (in a Harbor trial: add it to the spec's "
+        f"requirements, `requirements: {{add: [{library}]}}`, or install it in the task's image)"
     )
 
 

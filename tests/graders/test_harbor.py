@@ -104,4 +104,27 @@ def test_a_missing_extra_is_not_demanded_on_the_host_and_named_by_the_trial(
         "MathEquivalence needs math-verify, which is not installed where the grader runs"
         in (row["error_message"])
     )
-    assert "in a Harbor trial: install math-verify in the task's image" in row["error_message"]
+    assert (
+        "in a Harbor trial: add it to the spec's requirements, "
+        "`requirements: {add: [math-verify]}`, or install it in the task's image"
+    ) in row["error_message"]
+
+
+def test_an_extra_given_as_a_requirement_is_installed_in_the_trial_and_grades(
+    tmp_path: Path,
+) -> None:
+    """The error above says how to fix it: with math-verify among the spec's requirements
+    (resolved on the host for the image's Python, issue 13's path), MathEquivalence grades
+    inside the trial, which has no math-verify of its own."""
+    spec = harbor_spec(
+        grader="osmo_run.graders:MathEquivalence",
+        timeouts={"agent_sec": 60, "grader_sec": 60},
+        requirements={"add": ["math-verify"]},
+    )
+    rows = [_row("half", "\\frac{1}{2}", "0.5"), _row("third", "\\boxed{0.5}", "1/3")]
+    run = run_harbor(tmp_path, rows, spec, env=cli_env(), timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr  # no gate: a wrong answer is reward 0
+    half, third = run.rows["half"], run.rows["third"]
+    assert (half["status"], half["reward"]) == ("success", 1.0), half.get("error_message")
+    assert (third["status"], third["reward"]) == ("success", 0.0), third.get("error_message")
+    assert run.leftovers == []
