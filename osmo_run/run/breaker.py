@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from osmo_run.sdk.messages import short_message
+from osmo_run.sdk.names import docker_part, safe_name
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
 
 DEFAULT_BREAKER_AFTER = 5
@@ -47,21 +48,28 @@ endpoint are one cause."""
 _GAVE_UP = re.compile(r"\s*\((?:[^()]*; )?gave up after \d+ tries\)")
 """The model client's retry note (deadline, ``Retry-After``, tries): how long a row kept
 trying differs from row to row, the fault does not."""
+_ROWS_OWN_STATUS = re.compile(r"\banswered HTTP (?:400|413|422)\b")
+"""A model endpoint's verdict on the request's own content (too long for the context, a
+malformed message): the row's fault however many rows in a row hit it (a dataset sorted by
+length), never the environment's."""
 _UUID = r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"
 _IPV6 = r"\[[0-9a-f:]+\](?::\d+)?|\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{1,4}\b"
 _IPV4 = r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"
 _TOKEN_ID = r"(?<![0-9A-Za-z])(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[0-9A-Za-z]{6,}(?![0-9A-Za-z])"
 """Six or more letters and digits mixed: hex ids (containers, trials, requests) and the
 random names of temporary files (``tmpc40uv3xq``), which differ in every trial."""
-_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+_MASKS_BEFORE_IDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(_UUID, re.IGNORECASE), "<id>"),
     (re.compile(_IPV6, re.IGNORECASE), "<addr>"),
     (re.compile(_IPV4), "<addr>"),
+)
+_MASKS_AFTER_IDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(_TOKEN_ID), "<id>"),
     (re.compile(r"\d+(?:\.\d+)?"), "#"),
 )
-"""What differs between rows failing for one reason, masked in this order: UUIDs,
-addresses with their ports, ids (letters and digits mixed), then any number."""
+"""What differs between rows failing for one reason, masked in this order: UUIDs and
+addresses with their ports; then the row's own ids (an id ``1`` must not eat an address's
+digits first); then ids of letters and digits mixed, and any number."""
 
 
 def _first_line(message: str) -> str:
@@ -104,11 +112,49 @@ def failure_cause(
     if category is None or category not in {c.value for c in SYSTEMIC_CATEGORIES}:
         return None
     line = _first_line(message or "")
-    for rollout_id in sorted((i for i in ids if i), key=len, reverse=True):
-        line = _mask_id(line, rollout_id)
-    for pattern, mask in _MASKS:
+    if _ROWS_OWN_STATUS.search(line):
+        return None
+    for pattern, mask in _MASKS_BEFORE_IDS:
+        line = pattern.sub(mask, line)
+    line = _mask_ids_outside_urls(line, sorted(_names_of(ids), key=len, reverse=True))
+    for pattern, mask in _MASKS_AFTER_IDS:
         line = pattern.sub(mask, line)
     return f"{category}: {_cut(' '.join(line.split()))}"
+
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+
+
+def _mask_ids_outside_urls(line: str, names: list[str]) -> str:
+    """``line`` with each of ``names`` masked as ``<row>``, except inside URLs: the
+    endpoint's URL is the same for every row, and a short id (``v1``, ``chat``) would
+    otherwise mask its path in that row's message only."""
+    parts: list[str] = []
+    start = 0
+    for url in _URL.finditer(line):
+        parts += [_mask_all(line[start : url.start()], names), url.group()]
+        start = url.end()
+    parts.append(_mask_all(line[start:], names))
+    return "".join(parts)
+
+
+def _mask_all(text: str, names: list[str]) -> str:
+    for name in names:
+        text = _mask_id(text, name)
+    return text
+
+
+def _names_of(ids: tuple[str, ...]) -> set[str]:
+    """The ids and the names derived from them that messages quote: the safe name (files)
+    and its Docker part (Harbor trial and container names). Ids of digits only are left to
+    the number mask."""
+    names: set[str] = set()
+    for given in ids:
+        if not given or given.isdigit():
+            continue
+        safe = safe_name(given)
+        names.update((given, safe, docker_part(safe)))
+    return names
 
 
 @dataclass

@@ -21,6 +21,7 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.retry import RetryPolicy
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.summary import RunSummary
+from osmo_run.sdk.names import docker_part, safe_name
 from osmo_run.sdk.types import ErrorCategory, RolloutStatus
 from osmo_run.testing import FakeBackend
 from tests.conftest import jsonl_bytes, read_jsonl
@@ -70,6 +71,40 @@ def test_trial_names_ids_temporary_files_and_numbers_are_masked() -> None:
             "(compose file /tmp/<id>/compose.json)"
         )
     )
+
+
+@pytest.mark.parametrize("ids", [["0", "1", "5", "7", "12"], ["v1", "chat", "v2", "r0", "x"]])
+def test_short_and_numeric_row_ids_never_eat_the_address(ids: list[str]) -> None:
+    """Integer ids (0, 1, ...) and short ones were masked before the address, so rows 0 and
+    1 turned 127.0.0.1:40123 into different causes and never joined the streak."""
+    causes = {failure_cause("model_api_error", _refused(), (i, i)) for i in ids}
+    assert len(causes) == 1, causes
+    (cause,) = causes
+    assert cause is not None and "<addr>" in cause
+
+
+def test_a_trial_name_made_from_an_unsafe_id_is_masked_like_the_id() -> None:
+    """Harbor's trial names carry the id's Docker-safe form (``What is 2+2?`` ->
+    ``what-is-2-2-<hash>``), not the id: it is masked too, or such rows never share a cause."""
+
+    def infra(row: str) -> str | None:
+        trial = f"osmo-ab12cd34-00003-{docker_part(safe_name(row))}"
+        return failure_cause("infra_error", f"compose failed for {trial}__env", (row, row))
+
+    causes = {infra(row) for row in ("What is 2+2?", "What is 3+3?", "Calc-1", "q/7")}
+    assert causes == {"infra_error: compose failed for osmo-<id>-#-<row>__env"}
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+def test_an_endpoint_judging_the_request_itself_is_the_rows_fault(status: int) -> None:
+    """Too long for the context, a malformed message: every row past the limit fails the
+    same way (a dataset sorted by length), but the environment is fine."""
+    message = (
+        f"ModelAPIError: http://127.0.0.1:8000/v1/chat/completions answered HTTP {status}: "
+        "maximum context length is 8192 tokens, your request has 9100"
+    )
+    assert failure_cause("model_api_error", message, ("r1", "r1")) is None
+    assert failure_cause("model_api_error", message.replace(str(status), "503"), ()) is not None
 
 
 def test_different_faults_categories_and_first_lines_are_different_causes() -> None:

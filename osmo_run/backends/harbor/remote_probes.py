@@ -30,6 +30,7 @@ PREFLIGHT_TIMEOUT_SEC = 30.0
 
 _DAYTONA_DEFAULT_URL = "https://app.daytona.io/api"
 _DAYTONA_CREDENTIALS = "DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID)"
+_DAYTONA_SECRETS = ("DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN")
 
 
 def _status_text(status: int) -> str:
@@ -43,6 +44,9 @@ def _daytona_refusal(exc: Exception, where: str) -> str:
     """The line for a Daytona SDK error from the probe: what the API said and what to do."""
     status: int | None = getattr(exc, "status_code", None)
     said = short_message(str(exc)).removeprefix("Failed to list sandboxes: ").strip()
+    for name in _DAYTONA_SECRETS:  # an API may quote what it refused; the line is printed
+        if value := os.environ.get(name):
+            said = said.replace(value, "***")
     answered = f"answered {_status_text(status)}" if status else "failed"
     answer = f"{answered}: {said}" if said else answered
     if status in (401, 403):
