@@ -107,6 +107,7 @@ def run_settings(
 ) -> RunSettings:
     """The settings of one run from the shared flags; ``backend_identity`` holds the
     backend's result-defining settings, ``info`` its informational ones."""
+    from osmo_run.run.envfile import env_file_secrets
     from osmo_run.run.settings import RunSettings
 
     return RunSettings(
@@ -128,6 +129,7 @@ def run_settings(
         smoke_rows=ci.smoke_rows if ci.smoke else None,
         seed=spec.seed,
         fail_fast=ci.fail_fast,
+        env_secrets=env_file_secrets(run.env_file),
     )
 
 

@@ -23,7 +23,8 @@ EnvFileOption = Annotated[
     typer.Option(
         "--env-file",
         help="Dotenv file (KEY=VALUE lines) of variables, such as the API key api_key_env "
-        "names; they win over the environment's. Never printed or written.",
+        "names; they win over the environment's. Values of 8+ characters are masked (***) in "
+        "all the run writes and shows.",
     ),
 ]
 

@@ -3,8 +3,9 @@ environment, where ``api_key_env``, workflows, isolated child processes and Harb
 environments read them.
 
 Parsed by python-dotenv (``KEY=VALUE``, ``export KEY=VALUE``, quotes, multi-line quoted
-values, ``# comments``, ``${VAR}`` expansion). The values are secrets: no message, output
-or log of osmo-run ever holds one, not even the text of a line that fails to parse.
+values, ``# comments``, ``${VAR}`` expansion). The values are secrets: those of
+:data:`SECRET_MIN_CHARS` or more are masked in everything a run writes and shows
+(:func:`env_file_secrets`), and no error holds the text of a line that fails to parse.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def _first_line(chunk: str, line: int) -> int:
     statement from the blank lines before it)."""
     stripped = chunk.lstrip()
     return line + chunk[: len(chunk) - len(stripped)].count("\n")
+
+
+SECRET_MIN_CHARS = 8
+"""Values this long or longer are masked like API keys in everything a run writes and shows;
+shorter ones (a port, a flag, a region) are no secrets, and masking them would blank every
+``1`` or ``true`` in the run's text."""
+
+
+def env_file_secrets(path: Path | None) -> tuple[str, ...]:
+    """The values of ``path`` (:func:`read_env_file`) that a run masks: those of at least
+    :data:`SECRET_MIN_CHARS` characters. ``()`` without a file."""
+    if path is None:
+        return ()
+    return tuple(v for v in read_env_file(path).values() if len(v) >= SECRET_MIN_CHARS)
 
 
 def apply_env_file(path: Path) -> list[str]:

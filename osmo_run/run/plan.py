@@ -62,13 +62,14 @@ class RunPlan:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Values masked in everything the run writes and shows: the model's and the judge's
-        API keys, and the credentials of the remote Harbor environment the run uses (a
-        provider's error may quote them)."""
+        API keys, the credentials of the remote Harbor environment the run uses (a
+        provider's error may quote them), and ``--env-file``'s values of 8 characters or
+        more (a tool's token a workflow reads)."""
         endpoints = (self.llm, self.judge)
         keys = [e.api_key for e in endpoints if e is not None and e.api_key]
         for name in PROVIDER_CREDENTIALS.get(self.spec.harbor.env, ()):
             keys += [os.environ[name]] if os.environ.get(name) else []
-        return tuple(keys)
+        return (*keys, *self.settings.env_secrets)
 
 
 def plan_run(settings: RunSettings) -> RunPlan:

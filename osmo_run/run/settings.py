@@ -46,6 +46,9 @@ class RunSettings:
     """Run a fixed random subset of this many rows, with short timeouts and fail-fast."""
     seed: int = 0
     fail_fast: bool = False
+    env_secrets: tuple[str, ...] = ()
+    """Values from ``--env-file`` masked like API keys
+    (:func:`~osmo_run.run.envfile.env_file_secrets`)."""
 
     def __post_init__(self) -> None:
         """Raise :class:`~osmo_run.errors.InputError` for flags that contradict each other."""

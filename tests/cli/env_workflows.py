@@ -16,3 +16,13 @@ class EnvChatWorkflow(AgentWorkflow):
         reply = {"role": "assistant", "content": response["choices"][0]["message"]["content"]}
         greeting = os.environ.get("OSMO_RUN_TEST_GREETING") == "hello from the env file"
         return AgentWorkflowOutput(messages=[*ctx.prompt, reply], metrics={"greeting": greeting})
+
+
+class LeakyToolWorkflow(AgentWorkflow):
+    """Fails quoting a tool's token from the environment, as a careless HTTP client's error
+    would: the run must mask it everywhere it writes and shows."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        token = os.environ["OSMO_RUN_TEST_TOOL_TOKEN"]
+        print(f"calling the tool with {token}")
+        raise RuntimeError(f"tool refused token {token}")

@@ -134,3 +134,25 @@ def test_validate_reads_the_env_file_as_a_run_would(cli: CLI, tmp_path: Path) ->
     assert given.returncode == 0, given.stderr
     assert "no problems found" in given.stdout
     assert "sk-validate-secret" not in given.stdout + given.stderr
+
+
+def test_other_values_of_the_env_file_are_masked_too(cli: CLI, tmp_path: Path) -> None:
+    """Not only the model's key: a tool token the workflow reads from the env file and
+    quotes in an error shows as *** in the row, the printed line and every file; a short
+    value (a port, a flag) is no secret and is left alone."""
+    token = f"tok-{secrets.token_hex(12)}"
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"OSMO_RUN_TEST_TOOL_TOKEN={token}\nOSMO_RUN_TEST_PORT=8080\n")
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"id": "r1", "prompt": "hi"}\n')
+    out = tmp_path / "run" / "results.jsonl"
+    workflow = "tests.cli.env_workflows:LeakyToolWorkflow"
+    proc = cli.subprocess(
+        "local", data, "--workflow", workflow, "--code-dir", REPO, "-o", out,
+        "--env-file", env_file, "--summary-md", tmp_path / "run/s.md",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = read_jsonl(out)
+    assert row["error_message"].startswith("RuntimeError: tool refused token ***")
+    assert token not in proc.stderr
+    assert _files_holding(tmp_path / "run", token.encode()) == []
