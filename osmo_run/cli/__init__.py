@@ -22,7 +22,7 @@ from osmo_run.errors import ExitCode, OsmoRunError
 
 app = typer.Typer(
     name="osmo-run",
-    help="Run a JSONL dataset through an agent workflow and grader, "
+    help="Run a dataset (JSONL, CSV or Parquet) through an agent workflow and grader, "
     "in this process or in Harbor trials.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, pwsh)
@@ -51,8 +51,8 @@ def _options(
         ),
     ] = False,
 ) -> None:
-    """Run a JSONL dataset through an agent workflow and grader, in this process or in
-    Harbor trials."""
+    """Run a dataset (JSONL, CSV or Parquet) through an agent workflow and grader, in this
+    process or in Harbor trials."""
 
 
 app.command()(local)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase
-from osmo_run.run.breaker import Breaker, BreakerTrip
+from osmo_run.run.breaker import Breaker
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
 from osmo_run.run.full_errors import keep_full_error
@@ -349,11 +349,6 @@ class Runner:
         summary.stopped_early = self._stopped_early
         summary.breaker = None if self._breaker is None else self._breaker.tripped
         return summary
-
-    @property
-    def tripped(self) -> BreakerTrip | None:
-        """Why the breaker stopped the run; ``None`` when it did not."""
-        return None if self._breaker is None else self._breaker.tripped
 
     async def _drain(self) -> None:
         """Wait for in-flight rows; after an interrupt, give them ``INTERRUPT_GRACE_SEC`` (or

@@ -82,8 +82,14 @@ def create_project(directory: Path) -> Project:
         for key, value in values.items():
             text = text.replace("{{" + key + "}}", value)
         target = directory / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ScaffoldError(
+                f"{directory}: cannot write {relative} ({exc.strerror or exc}); choose a "
+                "directory you can write to"
+            ) from None
         written.append(relative)
     return Project(directory, name, package, tuple(written))
 

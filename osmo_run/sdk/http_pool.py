@@ -16,9 +16,10 @@ import threading
 import time
 from urllib.parse import SplitResult
 
-MAX_IDLE_PER_ORIGIN = 64
-"""Idle connections kept per origin; more are closed when given back (a run's concurrency
-is bounded by the host's pool, a sandbox's by its one rollout)."""
+MAX_IDLE_PER_ORIGIN = 1024
+"""Idle connections kept per origin; more are closed when given back. Up to a run's
+concurrency of calls share this pool where aiohttp is missing (the thread pool of the run's
+size), so it must hold that many for reuse to work; a sandbox's one rollout needs a few."""
 
 IDLE_TIMEOUT_SEC = 30.0
 """An idle connection older than this is closed instead of reused: servers drop idle

@@ -87,3 +87,12 @@ def test_init_refuses_a_file(cli: CLI, tmp_path: Path) -> None:
     assert error_lines(proc.stderr) == [
         "error: taken: exists and is a file; choose a new directory name"
     ]
+
+
+def test_init_under_a_file_is_one_line_not_an_internal_error(cli: CLI, tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("x")
+    proc = cli("init", "plain-file/demo")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith("error: plain-file/demo: cannot write ")
+    assert line.endswith("choose a directory you can write to")
