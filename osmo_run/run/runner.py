@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -203,14 +204,19 @@ class Runner:
             self._watch(self._breaker, result, row.row_id)
 
     def _keep_diagnostics(self, result: ExecutionResult, item: WorkItem) -> None:
-        """A message cut to one line has its full text written to a file; a directory the
-        backend kept for the row (a trial's) has the run's secrets masked in its files."""
+        """A message cut to one line has its full text written to a file."""
         if result.error_detail:
             errors = RunPaths(self._writer.path).errors
             keep_full_error(result, errors, item.safe_name, self._writer.mask)
+
+    async def _scrub_kept(self, result: ExecutionResult) -> None:
+        """Mask the run's secrets in the files of a directory the backend kept for the
+        attempt (a trial's), in a thread: a trial's logs can be large, and the loop drives
+        every other row meanwhile."""
         kept = result.backend.get("trial_dir")
         if isinstance(kept, str) and self._writer.secrets:
-            result.warnings.extend(scrub_directory(Path(kept), self._writer.secrets))
+            scrub = functools.partial(scrub_directory, Path(kept), self._writer.secrets)
+            result.warnings.extend(await asyncio.get_running_loop().run_in_executor(None, scrub))
 
     def _watch(self, breaker: Breaker, result: ExecutionResult, row_id: str) -> None:
         """Show ``result`` to the breaker; when it trips, stop dispatching (the rows in
@@ -282,6 +288,7 @@ class Runner:
                 return
             while True:
                 result = await self._attempt(item)
+                await self._scrub_kept(result)
                 tries = attempt - first + 1  # the retry policy counts this invocation's
                 if (
                     self._interrupted
