@@ -45,7 +45,8 @@ def _daytona_refusal(exc: Exception, where: str) -> str:
     status: int | None = getattr(exc, "status_code", None)
     said = short_message(str(exc)).removeprefix("Failed to list sandboxes: ").strip()
     for name in _DAYTONA_SECRETS:  # an API may quote what it refused; the line is printed
-        if value := os.environ.get(name):
+        value = os.environ.get(name) or ""
+        if len(value) >= 8:  # a real credential; a stand-in like "k" would blank the text
             said = said.replace(value, "***")
     answered = f"answered {_status_text(status)}" if status else "failed"
     answer = f"{answered}: {said}" if said else answered
