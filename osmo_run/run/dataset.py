@@ -29,7 +29,7 @@ from osmo_run.run.readers import (
     where,
 )
 from osmo_run.run.rows import RowError as _RowError
-from osmo_run.run.rows import check_id, parse_row, shown
+from osmo_run.run.rows import check_id, loads, parse_row, shown
 from osmo_run.run.seen import SeenHashes
 from osmo_run.run.selection import RowRanges
 from osmo_run.sdk.names import safe_name
@@ -313,7 +313,8 @@ def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
 
 
 def _decoded(payload: Payload) -> object:
-    """A reader's payload as the row object: JSONL text decoded, a reader's error raised."""
+    """A reader's payload as the row object: JSONL text decoded, a reader's error raised
+    (and an integer too long for Python, :func:`~osmo_run.run.rows.loads`)."""
     if isinstance(payload, _RowError):
         raise payload
-    return json.loads(payload) if isinstance(payload, str) else payload
+    return loads(payload) if isinstance(payload, str) else payload

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from osmo_run.errors import BackendUnavailable, DatasetError
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError
+from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads
 
 DatasetFormat = Literal["jsonl", "csv", "parquet"]
 FORMATS: tuple[DatasetFormat, ...] = ("jsonl", "csv", "parquet")
@@ -218,7 +218,9 @@ def _csv_row(names: list[str], cells: list[str]) -> Payload:
     for name in _JSON_CSV_COLUMNS & row.keys():
         if row[name].strip():
             try:
-                row[name] = json.loads(row[name])
+                row[name] = loads(row[name])
+            except RowError as exc:
+                return RowError(f"'{name}' in a CSV cell is {exc}")
             except json.JSONDecodeError:
                 return RowError(f"'{name}' in a CSV cell must be a JSON list of messages")
     return row

@@ -119,6 +119,25 @@ BAD_ROW: list[tuple[str, Make, str]] = [
         _file("d.jsonl", '{"id": "", "prompt": "x"}\n{"prompt": "fine"}\n'),
         ":1: 'id' is empty",
     ),
+    (
+        "jsonl-integer-of-5000-digits",
+        _file("d.jsonl", '{"prompt": "x", "n": ' + "9" * 5000 + '}\n{"prompt": "fine"}\n'),
+        ":1: not valid JSON (an integer of more than 4300 digits",
+    ),
+    (
+        "csv-metadata-integer-of-5000-digits",
+        _file("d.csv", 'prompt,metadata\nx,"{""n"": ' + "9" * 5000 + '}"\nfine,\n'),
+        ":row 1: 'metadata' is a string but not valid JSON (an integer of more than 4300",
+    ),
+    (
+        "csv-mapped-integer-of-5000-digits",
+        _mapped(
+            "d.csv",
+            'q\n"{""text"": ""x"", ""n"": ' + "9" * 5000 + '}"\n"{""text"": ""fine""}"\n',
+            "{prompt: q.text}",
+        ),
+        ":row 1: column 'q.text': not valid JSON (an integer of more than 4300 digits",
+    ),
 ]
 
 
