@@ -176,7 +176,7 @@ class Dataset:
                     index, number, str(number), None, f"{self.where(number)}: {reason}"
                 )
             except _RowError as exc:
-                row_id = str(obj.get("id", number)) if isinstance(obj, dict) else str(number)
+                row_id = _bad_row_id(obj, number)
                 yield DatasetRow(index, number, row_id, None, f"{self.where(number)}: {exc}")
 
     def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
@@ -310,6 +310,17 @@ def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
         f"{at}: id {shown(row_id)} and id {shown(first_id)} ({first}) have the same file "
         f"name {safe_name(row_id)!r}; rename one of them"
     )
+
+
+def _bad_row_id(obj: object, number: int) -> str:
+    """The id a bad row is recorded under: its own when that id is valid, else its line
+    number (``"id": null`` is not the row ``"None"``, nor ``""`` a name)."""
+    if isinstance(obj, dict) and "id" in obj:
+        try:
+            return check_id(obj["id"])
+        except ValueError:  # RowError, or an integer too long to print
+            pass
+    return str(number)
 
 
 def _decoded(payload: Payload) -> object:

@@ -161,6 +161,27 @@ def test_a_bad_row_stops_the_run_or_is_recorded(
     assert records[0]["error_message"].startswith(f"{path}{error}")
 
 
+@pytest.mark.parametrize("bad_id", ["null", '""', "1.5", "true"])
+def test_a_row_with_a_bad_id_is_recorded_under_its_line_number(
+    cli: CLI, tmp_path: Path, bad_id: str
+) -> None:
+    # "id": null once became the row "None", "" the row "": a name another row may have
+    path = tmp_path / "d.jsonl"
+    bad = f'{{"id": {bad_id}, "prompt": "x"}}'
+    rows = ['{"prompt": "a"}', bad, '{"id": "None", "prompt": "y"}']
+    path.write_text("\n".join(rows) + "\n")
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(path, *RUN, "--bad-rows", "record", "-o", output)
+    assert proc.returncode == 1, proc.stderr
+    records = sorted(read_jsonl(output), key=lambda r: r["row_index"])
+    assert [(r["row_id"], r["status"]) for r in records] == [
+        ("1", "success"),
+        ("2", "failure"),
+        ("None", "success"),
+    ]
+    assert records[1]["error_message"].startswith(f"{path}:2: 'id' ")
+
+
 def test_embedded_newlines_in_quoted_csv_fields_are_read_not_refused(
     cli: CLI, tmp_path: Path
 ) -> None:
