@@ -264,11 +264,24 @@ _PARQUET_KINDS = {
 def _family(arrow_type: Any) -> str:
     import pyarrow.types as t
 
-    if t.is_string(arrow_type) or t.is_large_string(arrow_type) or t.is_null(arrow_type):
+    if t.is_dictionary(arrow_type):  # a pandas categorical: its values are what rows hold
+        return _family(arrow_type.value_type)
+    if (
+        t.is_string(arrow_type)
+        or t.is_large_string(arrow_type)
+        or t.is_string_view(arrow_type)
+        or t.is_null(arrow_type)
+    ):
         return "string"  # a column of nulls: every row is checked on its own
     if t.is_integer(arrow_type):
         return "integer"
-    if t.is_list(arrow_type) or t.is_large_list(arrow_type):
+    if (
+        t.is_list(arrow_type)
+        or t.is_large_list(arrow_type)
+        or t.is_fixed_size_list(arrow_type)
+        or t.is_list_view(arrow_type)
+        or t.is_large_list_view(arrow_type)
+    ):
         return "list"
     return str(arrow_type)
 
