@@ -193,3 +193,24 @@ def test_embedded_newlines_in_quoted_csv_fields_are_read_not_refused(
     records = {r["row_id"]: r for r in read_jsonl(output)}
     assert records["multi"]["sample"]["messages"][0]["content"] == "one\r\ntwo\nthree"
     assert (records["multi"]["line"], records["next"]["line"]) == (1, 2)
+
+
+def test_empty_csv_cells_do_what_the_readme_says(cli: CLI, tmp_path: Path) -> None:
+    # README, Datasets, CSV: an empty standard cell gives nothing, an empty id is a bad row,
+    # any other empty cell is "" in the metadata
+    path = tmp_path / "d.csv"
+    path.write_text("id,prompt,label,metadata,topic\nq1,hi,,,\n,hi,4,,x\n")
+    output = tmp_path / "out.jsonl"
+    workflow = ("--workflow", "tests.workflows:MetadataEchoWorkflow")
+    grader = ("--grader", "tests.workflows:LabelGrader")
+    proc = cli.local(path, *workflow, *grader, "--bad-rows", "record", "-o", output)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    records = sorted(read_jsonl(output), key=lambda r: r["row_index"])
+    assert records[0]["status"] == "success"
+    assert records[0]["info"]["metadata"] == {"topic": ""}
+    assert records[0]["grader_skipped"] == "row has no label"
+    assert (records[1]["row_id"], records[1]["status"]) == ("2", "failure")
+    assert (
+        records[1]["error_message"] == f"{path}:row 2: 'id' is empty: give every row a "
+        "non-empty id, or drop the id column"
+    )
