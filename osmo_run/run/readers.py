@@ -7,7 +7,8 @@ CSV) or one record batch of a row group (Parquet) in memory at a time:
   counted out), its row for CSV and Parquet (1 = the first row after a CSV's header);
 * ``payload`` is the row's JSON text (JSONL: decoded only for the rows selected), its
   columns as a dict (CSV: strings; Parquet: Python values, nested columns as dicts and
-  lists), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
+  lists, dates, times, timestamps, durations and decimals as strings, so every row is
+  JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
 
 A file that cannot be read as a whole (not Parquet, no CSV header) raises
 :class:`~osmo_run.errors.DatasetError` naming it. The format comes from the file's
