@@ -8,6 +8,7 @@ dataset can exercise many behaviours in one CLI run.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import time
@@ -357,3 +358,12 @@ class PrintingWorkflow(ScriptedWorkflow):
     async def run(self, ctx: AgentWorkflowContext) -> Any:
         print(f"workflow says hello from {ctx.rollout_id}", flush=True)
         return await super().run(ctx)
+
+
+class MetadataEchoWorkflow(AgentWorkflow):
+    """Answers with the row's metadata as JSON (``json.dumps`` refuses what is not JSON), and
+    puts it in ``info``: what a workflow in a worker process or a trial was given."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        text = json.dumps(ctx.metadata, sort_keys=True)
+        return AgentWorkflowOutput(reply(ctx, text), info={"metadata": ctx.metadata})

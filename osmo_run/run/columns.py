@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError, metadata_object, shown
+from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads, metadata_object, shown
 
 _ROLES = ("id", "prompt", "system_prompt", "label")
 _STANDARD: dict[str, tuple[str, ...]] = {
@@ -149,9 +149,11 @@ def lookup(obj: dict[str, Any], path: str) -> Any:
     for part in path.split("."):
         if isinstance(value, str) and value.lstrip().startswith(("{", "[")):
             try:
-                value = json.loads(value)  # a CSV cell holding JSON
+                value = loads(value)  # a CSV cell holding JSON
             except json.JSONDecodeError:
                 pass
+            except RowError as exc:
+                raise RowError(f"column {path!r}: {exc}") from None
         if isinstance(value, dict) and part in value:
             value = value[part]
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):

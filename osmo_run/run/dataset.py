@@ -29,7 +29,7 @@ from osmo_run.run.readers import (
     where,
 )
 from osmo_run.run.rows import RowError as _RowError
-from osmo_run.run.rows import check_id, parse_row, shown
+from osmo_run.run.rows import check_id, loads, parse_row, shown
 from osmo_run.run.seen import SeenHashes
 from osmo_run.run.selection import RowRanges
 from osmo_run.sdk.names import safe_name
@@ -176,7 +176,7 @@ class Dataset:
                     index, number, str(number), None, f"{self.where(number)}: {reason}"
                 )
             except _RowError as exc:
-                row_id = str(obj.get("id", number)) if isinstance(obj, dict) else str(number)
+                row_id = _bad_row_id(obj, number)
                 yield DatasetRow(index, number, row_id, None, f"{self.where(number)}: {exc}")
 
     def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
@@ -312,8 +312,20 @@ def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
     )
 
 
+def _bad_row_id(obj: object, number: int) -> str:
+    """The id a bad row is recorded under: its own when that id is valid, else its line
+    number (``"id": null`` is not the row ``"None"``, nor ``""`` a name)."""
+    if isinstance(obj, dict) and "id" in obj:
+        try:
+            return check_id(obj["id"])
+        except ValueError:  # RowError, or an integer too long to print
+            pass
+    return str(number)
+
+
 def _decoded(payload: Payload) -> object:
-    """A reader's payload as the row object: JSONL text decoded, a reader's error raised."""
+    """A reader's payload as the row object: JSONL text decoded, a reader's error raised
+    (and an integer too long for Python, :func:`~osmo_run.run.rows.loads`)."""
     if isinstance(payload, _RowError):
         raise payload
-    return json.loads(payload) if isinstance(payload, str) else payload
+    return loads(payload) if isinstance(payload, str) else payload

@@ -81,14 +81,14 @@ def plan_run(settings: RunSettings) -> RunPlan:
     spec = smoke_spec(settings.spec) if settings.smoke_rows is not None else settings.spec
     llm = spec.llm.endpoint() if spec.llm is not None else None
     judge = spec.judge.endpoint() if spec.judge is not None else None
-    dataset = _dataset(settings.dataset, spec)
+    dataset = spec_dataset(settings.dataset, spec)
     rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
     identity = dict(settings.backend_identity)
     if settings.smoke_rows is not None:
         indexes = [row.index for row in dataset.rows()]  # within --limit and --shard
         count = min(settings.smoke_rows, rows)
         chosen = frozenset(random.Random(settings.seed).sample(indexes, count))
-        dataset = _dataset(settings.dataset, spec, chosen)
+        dataset = spec_dataset(settings.dataset, spec, chosen)
         rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
         identity["smoke"] = {"rows": settings.smoke_rows, "seed": settings.seed}
     manifest = build_manifest(settings, spec, dataset, rows, identity)
@@ -96,7 +96,11 @@ def plan_run(settings: RunSettings) -> RunPlan:
     return RunPlan(settings, spec, dataset, rows, tuple(problems), manifest, paths, llm, judge)
 
 
-def _dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) -> Dataset:
+def spec_dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None) -> Dataset:
+    """The rows of ``path`` that ``spec`` runs: its format, column mapping, timeouts,
+    ``limit``, ``rows``, ``shuffle``/``seed`` and ``shard`` (and a smoke subset ``select``).
+    Raises :class:`~osmo_run.errors.DatasetError` for an unknown format or a file whose
+    rows cannot be counted for ``--shuffle``."""
     dataset = Dataset(
         path,
         agent_timeout_sec=spec.timeouts.agent_sec,

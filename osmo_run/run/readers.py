@@ -7,7 +7,8 @@ CSV) or one record batch of a row group (Parquet) in memory at a time:
   counted out), its row for CSV and Parquet (1 = the first row after a CSV's header);
 * ``payload`` is the row's JSON text (JSONL: decoded only for the rows selected), its
   columns as a dict (CSV: strings; Parquet: Python values, nested columns as dicts and
-  lists), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
+  lists, dates, times, timestamps, durations and decimals as strings, so every row is
+  JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
 
 A file that cannot be read as a whole (not Parquet, no CSV header) raises
 :class:`~osmo_run.errors.DatasetError` naming it. The format comes from the file's
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from osmo_run.errors import BackendUnavailable, DatasetError
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError
+from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads
 
 DatasetFormat = Literal["jsonl", "csv", "parquet"]
 FORMATS: tuple[DatasetFormat, ...] = ("jsonl", "csv", "parquet")
@@ -218,7 +219,9 @@ def _csv_row(names: list[str], cells: list[str]) -> Payload:
     for name in _JSON_CSV_COLUMNS & row.keys():
         if row[name].strip():
             try:
-                row[name] = json.loads(row[name])
+                row[name] = loads(row[name])
+            except RowError as exc:
+                return RowError(f"'{name}' in a CSV cell is {exc}")
             except json.JSONDecodeError:
                 return RowError(f"'{name}' in a CSV cell must be a JSON list of messages")
     return row
@@ -262,19 +265,78 @@ _PARQUET_KINDS = {
 def _family(arrow_type: Any) -> str:
     import pyarrow.types as t
 
-    if t.is_string(arrow_type) or t.is_large_string(arrow_type) or t.is_null(arrow_type):
+    if t.is_dictionary(arrow_type):  # a pandas categorical: its values are what rows hold
+        return _family(arrow_type.value_type)
+    if (
+        t.is_string(arrow_type)
+        or t.is_large_string(arrow_type)
+        or t.is_string_view(arrow_type)
+        or t.is_null(arrow_type)
+    ):
         return "string"  # a column of nulls: every row is checked on its own
     if t.is_integer(arrow_type):
         return "integer"
-    if t.is_list(arrow_type) or t.is_large_list(arrow_type):
+    if (
+        t.is_list(arrow_type)
+        or t.is_large_list(arrow_type)
+        or t.is_fixed_size_list(arrow_type)
+        or t.is_list_view(arrow_type)
+        or t.is_large_list_view(arrow_type)
+    ):
         return "list"
     return str(arrow_type)
 
 
+def _as_text(arrow_type: Any) -> Any:
+    """``arrow_type`` with every date, time, timestamp, duration and decimal in it (nested
+    in structs and lists too) as a string: Python's ``datetime`` and ``Decimal`` are not
+    JSON, so a row holding them cannot go to a worker process or a Harbor trial. Arrow's
+    cast writes ISO 8601 (``2024-01-02 03:04:05.000000``), decimals exactly, durations as
+    their count of the column's unit."""
+    import pyarrow as pa
+    import pyarrow.types as t
+
+    if (t.is_temporal(arrow_type) and not t.is_interval(arrow_type)) or t.is_decimal(arrow_type):
+        return pa.string()
+    if t.is_struct(arrow_type):
+        return pa.struct([field.with_type(_as_text(field.type)) for field in arrow_type])
+    if t.is_list(arrow_type):
+        return pa.list_(arrow_type.value_field.with_type(_as_text(arrow_type.value_type)))
+    if t.is_large_list(arrow_type):
+        return pa.large_list(arrow_type.value_field.with_type(_as_text(arrow_type.value_type)))
+    if t.is_fixed_size_list(arrow_type):
+        value = arrow_type.value_field.with_type(_as_text(arrow_type.value_type))
+        return pa.list_(value, arrow_type.list_size)
+    return arrow_type
+
+
+def _has_binary(arrow_type: Any) -> bool:
+    import pyarrow.types as t
+
+    if t.is_dictionary(arrow_type):
+        return _has_binary(arrow_type.value_type)
+    if (
+        t.is_binary(arrow_type)
+        or t.is_large_binary(arrow_type)
+        or t.is_fixed_size_binary(arrow_type)
+        or t.is_binary_view(arrow_type)
+    ):
+        return True
+    return any(_has_binary(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+
+
 def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
     """Refuse a Parquet file whose column for a role (``roles``: role -> column name) has
-    a type no row of it can be valid in: every row would fail the same way."""
+    a type no row of it can be valid in: every row would fail the same way; and a file
+    with a binary column (bytes are not text, and not JSON for a worker or a trial)."""
     schema = _parquet_file(path).schema_arrow
+    for field in schema:
+        if _has_binary(field.type):
+            raise DatasetError(
+                f"{path}: column {field.name!r} is {field.type} in the Parquet schema: bytes "
+                "cannot be sent to a workflow; convert the column to strings (base64 or "
+                "decoded text), or drop it"
+            )
     for role, column in roles.items():
         if role not in _PARQUET_KINDS or column not in schema.names:
             continue
@@ -291,10 +353,14 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
     import pyarrow as pa
 
     parquet = _parquet_file(path)
+    schema = parquet.schema_arrow
+    text = pa.schema([field.with_type(_as_text(field.type)) for field in schema])
     number = 0
     try:
         # one thread: no per-thread arenas, ~15 MiB less at 1M rows; the run is the work
         for batch in parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, use_threads=False):
+            if text != schema:
+                batch = batch.cast(text)  # vectorised, one batch at a time
             for row in batch.to_pylist():
                 number += 1
                 yield number, row

@@ -24,6 +24,7 @@ the row's metadata.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from osmo_run.sdk.types import ExecutionRequest
@@ -45,6 +46,21 @@ _PROMPT_COLUMNS = ("messages", "prompt", "user_prompt")
 
 class RowError(ValueError):
     """What is wrong with one row, without its position (the reader adds ``file:line``)."""
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)``. Raises :class:`json.JSONDecodeError` for text that is not
+    JSON, and :class:`RowError` ("not valid JSON (...)") for an integer of more digits than
+    Python converts (4,300 by default), which ``json`` raises as a plain ``ValueError``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        raise RowError(
+            f"not valid JSON (an integer of more than {sys.get_int_max_str_digits()} digits; "
+            "write it as a string)"
+        ) from None
 
 
 def check_id(value: object) -> str:
@@ -113,7 +129,9 @@ def metadata_object(metadata: object) -> dict[str, Any]:
     (``None``, ``""``: ``{}``). Raises :class:`RowError` for anything else."""
     if isinstance(metadata, str) and metadata.strip():
         try:
-            metadata = json.loads(metadata)
+            metadata = loads(metadata)
+        except RowError as exc:
+            raise RowError(f"'metadata' is a string but {exc}") from None
         except json.JSONDecodeError:
             raise RowError("'metadata' is a string but not a JSON object") from None
     if metadata is None or metadata == "":

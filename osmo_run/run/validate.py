@@ -18,10 +18,9 @@ import yaml
 from pydantic import ValidationError
 
 from osmo_run.errors import OsmoRunError
-from osmo_run.run.dataset import Dataset, id_clash
+from osmo_run.run.dataset import Dataset
 from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec
 from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
-from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 MAX_ROW_PROBLEMS = 50
@@ -119,35 +118,22 @@ def problems_beyond_fields(
 
 
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
-    dataset = Dataset(
-        dataset_path,
-        limit=spec.limit if spec else None,
-        fmt=spec.dataset.format if spec else None,
-        columns=spec.dataset.column_map() if spec else None,
-    )
-    count = 0
-    problems: list[str] = []
-    # every id's safe name, clashes included: a run stops at the first
-    seen: dict[str, tuple[str, int]] = {}
-    unit = "line" if dataset.format == "jsonl" else "row"
+    """Read the rows a run of ``spec`` would (the same selection: ``limit``, ``rows``,
+    ``shuffle``, ``seed``, ``shard``) with a run's checks, listing every bad row."""
+    from osmo_run.run.plan import spec_dataset  # plan imports much that validate need not
+
     try:
-        dataset.check_columns()
-        for row in dataset.rows():
-            count += 1
-            name = safe_name(row.row_id)
-            if row.error is not None:
-                problems.append(row.error)
-            elif name in seen:
-                first_id, first = seen[name]
-                at = dataset.where(row.line)
-                problems.append(id_clash(at, row.row_id, first_id, f"{unit} {first}"))
-            else:
-                seen[name] = (row.row_id, row.line)
+        dataset = spec_dataset(dataset_path, spec) if spec else Dataset(dataset_path)
     except OsmoRunError as exc:
         result.problems.append(str(exc))
         return
-    if count == 0:
-        problems.append(f"{dataset_path}: the dataset has no rows")
+    try:
+        count, problems = dataset.validate(stop_on_error=False)
+    except OsmoRunError as exc:
+        # a clash of ids (or a file-level fault) ends Dataset.validate; list the bad rows
+        # it had read too, so one pass still shows every problem
+        result.problems += [*_bad_rows(dataset)[:MAX_ROW_PROBLEMS], str(exc)]
+        return
     result.problems += problems[:MAX_ROW_PROBLEMS]
     if len(problems) > MAX_ROW_PROBLEMS:
         result.problems.append(
@@ -155,6 +141,14 @@ def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation)
         )
     if not problems:  # with bad rows, the dataset is not "ok": its problems say why
         result.checked.append(f"dataset {dataset_path}: {count} rows")
+
+
+def _bad_rows(dataset: Dataset) -> list[str]:
+    """Every bad row's problem (``[]`` when the file cannot be read as rows at all)."""
+    try:
+        return [row.error for row in dataset.rows() if row.error is not None]
+    except OsmoRunError:
+        return []
 
 
 def _daytona_problem(timeout_sec: float) -> str | None:

@@ -2,7 +2,9 @@
 Format), built with Harbor's own models (``harbor.models.trajectories``) so Harbor's tools
 read osmo-run rollouts.
 
-Written as ``DIR/<rollout id>/agent/trajectory.json``: the layout of a Harbor trial's agent
+Written as ``DIR/<safe name>/agent/trajectory.json`` (the rollout's ``safe_name``, the name
+of its artifacts directory: see :mod:`osmo_run.sdk.names`; the id itself is in the
+trajectory's ``trajectory_id``): the layout of a Harbor trial's agent
 logs, which Harbor's trace tools look for. Chat messages map to steps: ``system`` and
 ``user`` to steps of that source, ``assistant`` to ``agent`` steps with their tool calls,
 and ``tool`` messages to the observation of the agent step whose call they answer. The
@@ -20,6 +22,7 @@ from typing import Any
 
 from osmo_run import __version__
 from osmo_run.errors import BackendUnavailable, OutputError
+from osmo_run.run.records import record_safe_name
 from osmo_run.view.catalog import RunEntry
 from osmo_run.view.index import cache_dir
 from osmo_run.view.pages import RunView
@@ -165,11 +168,6 @@ def trajectory(record: dict[str, Any], run_id: str, model: str | None, workflow:
     )
 
 
-def _safe_name(rollout_id: str) -> str:
-    """Rollout ids never hold ``/`` (the dataset refuses them); ``~`` samples are fine."""
-    return rollout_id.replace("/", "_").replace("\\", "_") or "rollout"
-
-
 def export_atif(entry: RunEntry, target: Path) -> AtifWritten:
     """Write every rollout of ``entry`` with a sample under ``target``. Raises
     :class:`BackendUnavailable` without Harbor, :class:`OutputError` when it cannot write."""
@@ -193,7 +191,9 @@ def export_atif(entry: RunEntry, target: Path) -> AtifWritten:
                 skipped += 1
                 continue
             item = trajectory(record, entry.name, model, workflow)
-            folder = target / _safe_name(str(record.get("rollout_id") or record.get("row_id")))
+            # ids are data (``../x``, ``a/b``, 300 characters, a NUL): the folder is the
+            # rollout's safe name, as its artifacts directory is
+            folder = target / record_safe_name(record)
             try:
                 (folder / "agent").mkdir(parents=True, exist_ok=True)
                 (folder / "agent" / "trajectory.json").write_text(

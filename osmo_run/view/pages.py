@@ -335,14 +335,6 @@ class CompareView:
     threshold: float
 
 
-def _split_name(name: str) -> tuple[str, int]:
-    """Comparison names rows ``row`` or ``row~sample``; row ids never hold ``/``."""
-    base, sep, sample = name.rpartition("~")
-    if sep and sample.isdigit():
-        return base, int(sample)
-    return name, 0
-
-
 def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
     """``osmo-run report A B``'s facts (:func:`osmo_run.run.report.compare`), with links."""
     threshold = a.pass_threshold
@@ -368,6 +360,8 @@ def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
     return CompareView(a, b, diff, largest, chart, threshold)
 
 
-def row_link(links: Links, key: str, name: str) -> str:
-    row_id, sample = _split_name(name)
-    return links.find(key, row_id, sample)
+def row_link(links: Links, key: str, row_id: str) -> str:
+    """The link to the row ``row_id`` of a comparison (:func:`compare` names rows by their
+    ids, all samples together): its first sample. An id is data: ``q~3`` is the row
+    ``q~3``, not sample 3 of ``q``."""
+    return links.find(key, row_id, 0)

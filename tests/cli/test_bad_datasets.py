@@ -119,6 +119,25 @@ BAD_ROW: list[tuple[str, Make, str]] = [
         _file("d.jsonl", '{"id": "", "prompt": "x"}\n{"prompt": "fine"}\n'),
         ":1: 'id' is empty",
     ),
+    (
+        "jsonl-integer-of-5000-digits",
+        _file("d.jsonl", '{"prompt": "x", "n": ' + "9" * 5000 + '}\n{"prompt": "fine"}\n'),
+        ":1: not valid JSON (an integer of more than 4300 digits",
+    ),
+    (
+        "csv-metadata-integer-of-5000-digits",
+        _file("d.csv", 'prompt,metadata\nx,"{""n"": ' + "9" * 5000 + '}"\nfine,\n'),
+        ":row 1: 'metadata' is a string but not valid JSON (an integer of more than 4300",
+    ),
+    (
+        "csv-mapped-integer-of-5000-digits",
+        _mapped(
+            "d.csv",
+            'q\n"{""text"": ""x"", ""n"": ' + "9" * 5000 + '}"\n"{""text"": ""fine""}"\n',
+            "{prompt: q.text}",
+        ),
+        ":row 1: column 'q.text': not valid JSON (an integer of more than 4300 digits",
+    ),
 ]
 
 
@@ -142,6 +161,27 @@ def test_a_bad_row_stops_the_run_or_is_recorded(
     assert records[0]["error_message"].startswith(f"{path}{error}")
 
 
+@pytest.mark.parametrize("bad_id", ["null", '""', "1.5", "true"])
+def test_a_row_with_a_bad_id_is_recorded_under_its_line_number(
+    cli: CLI, tmp_path: Path, bad_id: str
+) -> None:
+    # "id": null once became the row "None", "" the row "": a name another row may have
+    path = tmp_path / "d.jsonl"
+    bad = f'{{"id": {bad_id}, "prompt": "x"}}'
+    rows = ['{"prompt": "a"}', bad, '{"id": "None", "prompt": "y"}']
+    path.write_text("\n".join(rows) + "\n")
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(path, *RUN, "--bad-rows", "record", "-o", output)
+    assert proc.returncode == 1, proc.stderr
+    records = sorted(read_jsonl(output), key=lambda r: r["row_index"])
+    assert [(r["row_id"], r["status"]) for r in records] == [
+        ("1", "success"),
+        ("2", "failure"),
+        ("None", "success"),
+    ]
+    assert records[1]["error_message"].startswith(f"{path}:2: 'id' ")
+
+
 def test_embedded_newlines_in_quoted_csv_fields_are_read_not_refused(
     cli: CLI, tmp_path: Path
 ) -> None:
@@ -153,3 +193,24 @@ def test_embedded_newlines_in_quoted_csv_fields_are_read_not_refused(
     records = {r["row_id"]: r for r in read_jsonl(output)}
     assert records["multi"]["sample"]["messages"][0]["content"] == "one\r\ntwo\nthree"
     assert (records["multi"]["line"], records["next"]["line"]) == (1, 2)
+
+
+def test_empty_csv_cells_do_what_the_readme_says(cli: CLI, tmp_path: Path) -> None:
+    # README, Datasets, CSV: an empty standard cell gives nothing, an empty id is a bad row,
+    # any other empty cell is "" in the metadata
+    path = tmp_path / "d.csv"
+    path.write_text("id,prompt,label,metadata,topic\nq1,hi,,,\n,hi,4,,x\n")
+    output = tmp_path / "out.jsonl"
+    workflow = ("--workflow", "tests.workflows:MetadataEchoWorkflow")
+    grader = ("--grader", "tests.workflows:LabelGrader")
+    proc = cli.local(path, *workflow, *grader, "--bad-rows", "record", "-o", output)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    records = sorted(read_jsonl(output), key=lambda r: r["row_index"])
+    assert records[0]["status"] == "success"
+    assert records[0]["info"]["metadata"] == {"topic": ""}
+    assert records[0]["grader_skipped"] == "row has no label"
+    assert (records[1]["row_id"], records[1]["status"]) == ("2", "failure")
+    assert (
+        records[1]["error_message"] == f"{path}:row 2: 'id' is empty: give every row a "
+        "non-empty id, or drop the id column"
+    )

@@ -60,11 +60,31 @@ def test_every_tricky_row_runs_with_its_id_preserved(runs: dict[str, Path], fmt:
     assert by_id["meta-only"]["info"]["metadata"] == ["question"]
     assert by_id["nul\x00id"]["sample"]["messages"][0]["content"] == "before\x00after"
     assert all(r["safe_name"] == safe_name(r["row_id"]) for r in records)
-    artifacts = runs[fmt].parent / "artifacts"
-    assert not artifacts.exists() or all(p.parent == artifacts for p in artifacts.iterdir())
     cases = [c.name for s in JUnitXml.fromfile(str(runs[fmt].parent / "junit.xml")) for c in s]
     assert set(XML_SAFE) <= set(cases)  # a NUL, which XML cannot hold, is written \x00
     assert "nul\\x00id" in cases
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_each_tricky_rows_artifacts_are_a_direct_child_named_by_its_safe_name(
+    tmp_path: Path, fmt: str
+) -> None:
+    # ids are data: "../../etc/passwd", "a/b", 300 characters and a NUL name no directory
+    output = tmp_path / "results.jsonl"
+    artifacts_run = ("--workflow", "tests.workflows:ArtifactWorkflow")
+    grader = ("--grader", "tests.workflows:ArtifactGrader")
+    proc = CLI(tmp_path).local(TRICKY / f"tricky.{fmt}", *artifacts_run, *grader, "-o", output)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = read_jsonl(output)
+    assert sorted(r["row_id"] for r in records) == sorted(IDS)
+    assert all(r["reward"] == 1.0 for r in records)  # the grader read the note back
+    artifacts = tmp_path / "artifacts"
+    folders = sorted(p.relative_to(artifacts).as_posix() for p in artifacts.iterdir())
+    assert folders == sorted(safe_name(row_id) for row_id in IDS)
+    for record in records:
+        note = artifacts / safe_name(record["row_id"]) / "note.txt"
+        assert note.read_text() == f"note of {record['rollout_id']}"
+    assert not (artifacts / ".." / ".." / "etc").exists()  # where "../../etc/passwd" points
 
 
 def test_the_three_formats_run_the_same(runs: dict[str, Path]) -> None:

@@ -262,3 +262,33 @@ def test_local_lists_the_same_spec_problems_as_validate(
     run = cli("local", data, "--spec", spec, env=cli_env())
     assert run.returncode == 2
     assert [line.removeprefix("error: ") for line in error_lines(run.stderr)] == expected
+
+
+SELECTIONS = [
+    ("rows: 0-1", [0, 1], 2),
+    ("shard: 2/3", [1, 4], 2),
+    ("limit: 2\nshuffle: true\nseed: 0", [3, 5], 2),  # shuffled_pick(6, 2, 0): rows 3, 5
+]
+
+
+@pytest.mark.parametrize(
+    ("selection", "good", "count"), SELECTIONS, ids=["rows", "shard", "shuffle"]
+)
+def test_cli_checks_the_rows_the_spec_selects_as_a_run_would(
+    cli: CLI, tmp_path: Path, selection: str, good: list[int], count: int
+) -> None:
+    # validate once read the whole file whatever rows, shard, shuffle and seed selected
+    rows: list[dict[str, object] | str] = [
+        {"id": f"r{i}", "prompt": "hi"} if i in good else "{not json" for i in range(6)
+    ]
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(jsonl_bytes(rows))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"workflow: examples.calculator:CalculatorWorkflow\ncode_dir: {REPO}\n{selection}\n"
+    )
+    proc = cli("validate", spec, data, env=cli_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"ok: dataset {data}: {count} rows" in proc.stdout.splitlines()
+    problems = validate(None, data).problems  # without the spec: every row
+    assert len(problems) == 6 - len(good), problems

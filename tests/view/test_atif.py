@@ -50,3 +50,32 @@ def test_rollouts_become_trajectories_harbor_reads(runs: Runs, tmp_path: Path) -
     )
     final = conversations[-1]["conversations"]
     assert final[-1]["content"] == MARKUP  # kept verbatim: it is data, not markup, here
+
+
+TRICKY_IDS = ["../../escape", "a/b", "a_b", "x" * 300, "nul\x00id", "Upper"]
+
+
+def test_trajectory_folders_are_the_rollouts_safe_names(tmp_path: Path) -> None:
+    # ids are data: "../../escape" once wrote outside DIR, "a/b" and "a_b" shared a folder,
+    # a 300-character id was too long a name, and a NUL ended the export with exit 3
+    dataset = tmp_path / "tricky.jsonl"
+    rows = [{"id": row_id, "prompt": f"hi {i}"} for i, row_id in enumerate(TRICKY_IDS)]
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    run = tmp_path / "runs" / "t"
+    done = osmo_run(
+        "local", dataset, "--workflow", "tests.workflows:EchoWorkflow", "--samples", "2",
+        "-o", run / "results.jsonl", "--plain", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "deep" / "atif"
+    done = osmo_run("view", run, "--export-atif", out, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {2 * len(TRICKY_IDS)} ATIF trajectories" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["atif"]  # nothing beside
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert sorted(p.name for p in out.iterdir()) == sorted(r["safe_name"] for r in records)
+    for record in records:
+        trajectory = out / record["safe_name"] / "agent" / "trajectory.json"
+        data = json.loads(trajectory.read_text())
+        assert data["trajectory_id"] == record["rollout_id"]
+        assert data["extra"]["osmo_run"]["row_id"] == record["row_id"]

@@ -3,6 +3,7 @@ says, the files it serves and the ones it refuses, and its headers."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from osmo_run.view.catalog import Catalog
 from osmo_run.view.files import resolve_inside
 from osmo_run.view.server import Viewer, allowed_hosts, create_app
 from tests.view import records
-from tests.view.conftest import MARKUP, Runs
+from tests.view.conftest import MARKUP, Runs, osmo_run, write_spec
 
 
 @pytest.fixture
@@ -210,3 +211,31 @@ def test_a_run_still_being_indexed_shows_a_page_that_reloads_itself(
         release.set()
         assert viewer.views[key].ready.wait(30)
         assert client.get(f"/runs/{key}").text.count("<tr data-position") == 20
+
+
+def test_compare_links_a_row_whose_id_ends_in_a_tilde_number_to_that_row(
+    tmp_path: Path,
+) -> None:
+    # "q~3" was read as sample 3 of a row "q": the compare page names rows by their ids
+    dataset = tmp_path / "d.jsonl"
+    ids = ["q~3", "q"]
+    rows = [{"id": row_id, "prompt": "2+2?", "label": "4"} for row_id in ids]
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    for name, rewards in (("a", {}), ("b", {"q~3": 0.0})):
+        spec = write_spec(tmp_path / f"{name}.yaml", {}, {"rewards": rewards})
+        out = tmp_path / "runs" / name / "results.jsonl"
+        done = osmo_run("local", dataset, "--spec", spec, "-o", out, "--plain", cwd=tmp_path)
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+    viewer = Viewer(Catalog.open([tmp_path / "runs"]), tmp_path / "cache")
+    app = create_app(viewer, allowed_hosts("127.0.0.1", 8000))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+        keys = {
+            entry.paths.results.parent.name: entry.key for entry in viewer.catalog.runs.values()
+        }
+        page = client.get(f"/compare?a={keys['a']}&b={keys['b']}").text
+        link = f"/runs/{keys['b']}/find?row=q~3&amp;sample=0"
+        assert link in page, page[page.find("<main") :]
+        found = client.get(link.replace("&amp;", "&"), follow_redirects=False)
+        assert found.status_code in (302, 303, 307), found.text
+        row = client.get(found.headers["location"]).text
+        assert "q~3" in row
