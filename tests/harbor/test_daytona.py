@@ -27,6 +27,7 @@ from tests.harbor.fake_daytona import (
     SERVER_ERROR_PAGE,
     Answer,
     FakeDaytona,
+    daytona_error,
     fake_daytona,
 )
 
@@ -91,6 +92,19 @@ def test_a_rejected_key_stops_the_run_before_any_row_with_one_line(
         "(or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID)"
     ), line
     assert fake.requests[-1][2] == f"Bearer {KEY}"  # the real SDK sent the key it was given
+
+
+def test_a_refusal_quoting_the_key_shows_stars_in_the_one_line(tmp_path: Path) -> None:
+    """An API that quotes the key it refused (``invalid api key <KEY>``) has its answer
+    printed with ``***`` in place of the key: the line is on the terminal and in CI logs."""
+    with fake_daytona() as fake:
+        fake.answer_everything(daytona_error(401, f"invalid api key {KEY}", "Unauthorized"))
+        run = run_daytona(tmp_path, fake)
+    line = assert_refused_before_any_row(run, fake)  # asserts KEY is in no output
+    assert line.endswith(
+        "rejected the credentials (answered 401 Unauthorized: invalid api key ***); "
+        "check DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID)"
+    ), line
 
 
 def test_a_rate_limit_stops_the_run_before_any_row_with_one_line(tmp_path: Path) -> None:
