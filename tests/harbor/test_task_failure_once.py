@@ -8,31 +8,18 @@ gives it, so the test can count the pulls.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harbor.conftest import HarborRun, cli_env, harbor_spec, run_harbor
+from tests.harbor.conftest import HarborRun, cli_env, harbor_spec, logging_docker, run_harbor
 
 pytestmark = pytest.mark.docker
 
 ROWS = 4
 BAD_IMAGE = "osmo-run/does-not-exist:1"  # tests/harbor/tasks/bad-image/task.toml
-
-
-def _logging_docker(directory: Path) -> tuple[Path, Path]:
-    """A ``bin`` directory whose ``docker`` logs its arguments, then runs the real one."""
-    real = shutil.which("docker")
-    assert real is not None, "docker is not installed (scripts/provision-docker.sh)"
-    bin_dir, log = directory / "bin", directory / "docker.log"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "docker"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
-    wrapper.chmod(0o755)
-    return bin_dir, log
 
 
 def _run_bad_image_rows(tmp_path: Path, *args: str, **spec: Any) -> tuple[HarborRun, list[str]]:
@@ -41,8 +28,8 @@ def _run_bad_image_rows(tmp_path: Path, *args: str, **spec: Any) -> tuple[Harbor
         {"id": f"bad-{tag}-{i}", "prompt": "hi", "metadata": {"harbor_task": "bad-image"}}
         for i in range(ROWS)
     ]
-    bin_dir, log = _logging_docker(tmp_path)
-    env = cli_env(PATH=f"{bin_dir}:{cli_env()['PATH']}")
+    path, log = logging_docker(tmp_path)
+    env = cli_env(**path)
     spec = harbor_spec(concurrency=2, retries={"max_attempts": 1}, **spec)
     run = run_harbor(tmp_path, rows, spec, "--no-breaker", *args, env=env)
     pulls = [line for line in log.read_text().splitlines() if line.startswith("pull ")]
