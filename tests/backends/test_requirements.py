@@ -20,6 +20,7 @@ from osmo_run.backends.harbor.wheelhouse import (
 )
 from osmo_run.errors import RequirementsError
 from osmo_run.run.spec import RunSpec
+from tests.conftest import CLI, error_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -207,6 +208,27 @@ def test_the_json_schema_takes_every_form() -> None:
         jsonschema.validate({"workflow": "a:B", "requirements": form}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"workflow": "a:B", "requirements": "all"}, schema)
+    platforms_alone = {"platforms": ["manylinux_2_36_x86_64"]}
+    with pytest.raises(jsonschema.ValidationError, match="python_version"):
+        jsonschema.validate({"workflow": "a:B", "requirements": platforms_alone}, schema)
+
+
+def test_platforms_without_python_version_are_refused_in_one_line(cli: CLI) -> None:
+    """Without ``python_version`` the image is asked its Python and platform, so
+    ``platforms`` would be dropped without a word: the run stops before any row."""
+    spec = cli.cwd / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:CountingWorkflow\n"
+        "requirements:\n  platforms: [manylinux_2_36_x86_64]\n"
+    )
+    data = cli.cwd / "data.jsonl"
+    data.write_text('{"prompt": "hi"}\n')
+    proc = cli.local(data, "--spec", spec, "-o", cli.cwd / "out.jsonl")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = error_lines(proc.stderr)
+    assert line.startswith(f"error: {spec}: field 'requirements': "), line
+    assert line.endswith('add python_version (e.g. "3.12") or remove platforms'), line
+    assert not (cli.cwd / "out.jsonl").exists()
 
 
 def test_an_init_project_installs_nothing_until_it_declares_something(tmp_path: Path) -> None:
