@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -263,3 +264,43 @@ def test_no_pip_on_the_host_is_named() -> None:
     target = TargetPython("3.11", ("manylinux_2_36_x86_64",))
     line = pip_problem("/venv/bin/python: No module named pip\n", target)
     assert "has no pip" in line and "python -m ensurepip" in line
+
+
+def test_pip_past_its_timeout_is_killed_and_reaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real pip against an index that accepts connections and never answers: at the
+    timeout the run says so in one line, and pip is gone (killed and waited for, not left
+    a zombie until the loop happens to reap it)."""
+    import asyncio
+    import os
+    import socket
+
+    from osmo_run.backends.harbor import wheelhouse
+
+    started: list[asyncio.subprocess.Process] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def recording(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await spawn(*args, **kwargs)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recording)
+
+    async def download() -> None:
+        with socket.socket() as silent:  # listens, never accepts: pip waits
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            index = f"http://127.0.0.1:{silent.getsockname()[1]}/simple"
+            with pytest.raises(RequirementsError, match=r"pip took longer than 2s"):
+                await wheelhouse._pip(
+                    "download", "--no-cache-dir", "--index-url", index, "-d", str(tmp_path),
+                    "pyyaml", timeout_sec=2,
+                )  # fmt: skip
+            [process] = started
+            assert process.returncode is not None  # waited for
+            with pytest.raises(ProcessLookupError):
+                os.kill(process.pid, 0)  # reaped: no zombie left
+
+    asyncio.run(download())
