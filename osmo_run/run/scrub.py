@@ -4,11 +4,16 @@ A kept Harbor trial directory holds files osmo-run does not write (Harbor's ``tr
 ``exception.txt``, ``result.json``, the agent's own logs). A provider's error can quote a
 credential there (a Daytona API key in a rejected request, say). Once the row is finished,
 every secret is replaced by ``***`` in each file of the directory, as in the run's own files.
+A file is rewritten through a temporary file renamed over it, so it is never left half
+written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
+import tempfile
 from pathlib import Path
 
 MAX_SCRUBBED_BYTES = 64 * 1024 * 1024
@@ -44,7 +49,25 @@ def _scrub_file(path: Path, needles: list[bytes]) -> str | None:
         for needle in needles:
             scrubbed = scrubbed.replace(needle, b"***")
         if scrubbed != data:
-            path.write_bytes(scrubbed)
+            _replace_contents(path, scrubbed)
     except OSError as exc:
         return f"could not be checked for secrets: {exc.strerror or exc}"
     return None
+
+
+def _replace_contents(path: Path, data: bytes) -> None:
+    """Make ``data`` the contents of ``path``, whole or not at all: written to a temporary
+    file beside it with its mode, then renamed over it (a full disk or a stopped process
+    leaves the original, not a truncated file). Raises :class:`OSError`."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    descriptor, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    temporary = Path(name)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+        temporary.chmod(mode)  # mkstemp makes it 0600
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise

@@ -276,6 +276,11 @@ class RequirementsSpec(_Strict):
     them. ``requirements: none``: install nothing (the image has everything);
     ``requirements: [a, b]``: exactly these instead of the code dir's."""
 
+    # platforms only take effect with python_version (see _platforms_need_python_version)
+    model_config = ConfigDict(
+        json_schema_extra={"dependentRequired": {"platforms": ["python_version"]}}
+    )
+
     install: bool = Field(
         default=True, description="false (`requirements: none`): install nothing in trials"
     )
@@ -300,6 +305,18 @@ class RequirementsSpec(_Strict):
         description="pip --platform tags of the trial (with python_version), e.g. "
         "manylinux_2_36_x86_64; default manylinux 2.28 on x86_64",
     )
+
+    @model_validator(mode="after")
+    def _platforms_need_python_version(self) -> RequirementsSpec:
+        # Without python_version the trial image is asked its Python and platform, and
+        # platforms would be dropped without a word.
+        if "platforms" in self.model_fields_set and self.python_version is None:
+            raise ValueError(
+                "platforms is used only with python_version (without it the trial image is "
+                'asked its Python and platform): add python_version (e.g. "3.12") or '
+                "remove platforms"
+            )
+        return self
 
 
 def _requirements_shorthand_schema(schema: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,6 +132,21 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["COLUMNS"] = "120"
     env.update(extra)
     return env
+
+
+def logging_docker(directory: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``docker`` (a wrapper first on ``PATH``) appends its arguments
+    to the returned log file, one command a line, then runs the real ``docker``: a test
+    counts the pulls and builds osmo-run asks for without faking the engine."""
+    real = shutil.which("docker")
+    assert real is not None, "docker is not installed (scripts/provision-docker.sh)"
+    bin_dir, log = directory / "docker-bin", directory / "docker.log"
+    bin_dir.mkdir()
+    log.touch()
+    wrapper = bin_dir / "docker"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}, log
 
 
 @dataclass

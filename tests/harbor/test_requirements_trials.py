@@ -25,6 +25,7 @@ from tests.harbor.conftest import (
     OSMO_RUN,
     HarborRun,
     cli_env,
+    logging_docker,
     run_harbor,
 )
 
@@ -57,8 +58,10 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("osmo-run-cache")
 
 
-def _run(directory: Path, cache: Path, spec: dict[str, Any], *flags: str) -> HarborRun:
-    env = cli_env(OSMO_RUN_CACHE_DIR=str(cache))
+def _run(
+    directory: Path, cache: Path, spec: dict[str, Any], *flags: str, **env_vars: str
+) -> HarborRun:
+    env = cli_env(OSMO_RUN_CACHE_DIR=str(cache), **env_vars)
     return run_harbor(directory, ROWS, spec, *flags, env=env, timeout=600)
 
 
@@ -73,8 +76,11 @@ def prebuilt_run(
 def prebuilt_again(
     prebuilt_run: HarborRun, tmp_path_factory: pytest.TempPathFactory, cache: Path
 ) -> HarborRun:
-    """The same spec a second time: the cache and the image are warm."""
-    return _run(tmp_path_factory.mktemp("deps-prebuilt-again"), cache, _spec())
+    """The same spec a second time: the cache and the image are warm. Its ``docker``
+    commands are logged to ``docker.log`` beside its output."""
+    directory = tmp_path_factory.mktemp("deps-prebuilt-again")
+    path, _ = logging_docker(directory)
+    return _run(directory, cache, _spec(), **path)
 
 
 @pytest.fixture(scope="module")
@@ -115,26 +121,22 @@ def test_declared_dependency_is_importable_without_prebuild(uploaded_run: Harbor
 def test_second_run_reuses_the_cached_image(
     prebuilt_run: HarborRun, prebuilt_again: HarborRun
 ) -> None:
-    """Nothing is downloaded, installed or built the second time: the prebuilt image is
-    older than the second run, and the run takes about a trial's time, not a build's."""
+    """Nothing is downloaded, installed or built the second time: the second run gives
+    docker no build or pull, and takes about a trial's time, not a build's."""
     _assert_imports_from_trial(prebuilt_again)
-    started = time.time() - prebuilt_again.wall_sec
-    images = subprocess.run(
-        ["docker", "image", "ls", "--filter", "reference=osmo-run/prebuilt", "--format",
-         "{{.Repository}}:{{.Tag}} {{.CreatedAt}}"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert images.strip()
+    commands = (prebuilt_again.output.parents[1] / "docker.log").read_text().splitlines()
+    assert any(c.startswith("image inspect ") for c in commands), commands  # it was logged
+    assert [c for c in commands if c.split()[:1] in (["build"], ["pull"])] == [], commands
     first_setup = max(r["timings"]["total_sec"] for r in prebuilt_run.rows.values())
+    slowest_row = max(r["timings"]["total_sec"] for r in prebuilt_again.rows.values())
     print(
         f"first run {prebuilt_run.wall_sec:.1f}s (rows up to {first_setup:.1f}s), "
-        f"second {prebuilt_again.wall_sec:.1f}s"
+        f"second {prebuilt_again.wall_sec:.1f}s (rows up to {slowest_row:.1f}s)"
     )
-    assert prebuilt_again.wall_sec < prebuilt_run.wall_sec
-    slowest_row = max(r["timings"]["total_sec"] for r in prebuilt_again.rows.values())
-    # start-up beyond its rows: the CLI's own start and one image lookup, never a build
-    assert prebuilt_again.wall_sec - slowest_row < 6.0, (prebuilt_again.wall_sec, slowest_row)
-    assert started > 0
+    # Start-up beyond its rows: the CLI's own start and one image lookup. About 3 s on an
+    # idle machine; CI's busy 2-core box may take several times that, hence the margin
+    # (that no image was built is what the docker log above shows).
+    assert prebuilt_again.wall_sec - slowest_row < 30.0, (prebuilt_again.wall_sec, slowest_row)
 
 
 def _probe_containers() -> list[str]:

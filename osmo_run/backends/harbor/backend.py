@@ -173,6 +173,11 @@ class HarborBackend(ExecutionBackend):
         self._requirement_options = requirements or RequirementOptions()
         self._requirements = RequirementSet()
         self._sites: dict[Path, Path | None] = {}
+        # What failed for a task, raised again for each of its rows: a per-row task
+        # (metadata.harbor_task) fails the same way every time, and trying again would
+        # hold the lock (and every other row) for another pull, build or pip run.
+        self._site_failures: dict[Path, InputError | DockerCommandError] = {}
+        self._image_failures: dict[Path, InputError | DockerCommandError] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
         self._site_lock = asyncio.Lock()
@@ -356,34 +361,53 @@ class HarborBackend(ExecutionBackend):
 
     async def _site_for(self, task_dir: Path) -> Path | None:
         """The workflow's requirements installed for ``task_dir``'s image (an archive), or
-        ``None`` when there are none; once per task per run.
+        ``None`` when there are none; once per task per run, a failure included.
 
         Raises :class:`~osmo_run.errors.RequirementsError` (one line naming the
-        requirement) when they cannot be fetched for that image.
+        requirement) when they cannot be fetched for that image, and
+        :class:`~osmo_run.errors.DockerCommandError` when the image cannot be had; the
+        same exception again for every later row of that task.
         """
         if not self._requirements.requirements:
             return None
+        if task_dir in self._sites:  # the common case needs no lock
+            return self._sites[task_dir]
+        _raise_if_failed(self._site_failures, task_dir)
         async with self._site_lock:
             if task_dir in self._sites:
                 return self._sites[task_dir]
-            image = await docker_ops.task_image(task_dir) if self._is_docker else None
-            target = await target_python(
-                image, self._requirement_options, environment_name(self._environment)
-            )
-            self._sites[task_dir] = await installed_site(self._requirements, target)
+            _raise_if_failed(self._site_failures, task_dir)
+            try:
+                image = await docker_ops.task_image(task_dir) if self._is_docker else None
+                target = await target_python(
+                    image, self._requirement_options, environment_name(self._environment)
+                )
+                self._sites[task_dir] = await installed_site(self._requirements, target)
+            except (InputError, DockerCommandError) as exc:
+                self._site_failures[task_dir] = exc
+                raise
             return self._sites[task_dir]
 
     async def _image_for(self, task_dir: Path) -> str:
-        """The prebuilt image of ``task_dir``, built once per run (trials wait for it)."""
+        """The prebuilt image of ``task_dir``, built once per run (trials wait for it); a
+        failure is raised again for every later row of that task (see :meth:`_site_for`)."""
         assert self._setup is not None
+        if task_dir in self._images:
+            return self._images[task_dir]
+        _raise_if_failed(self._image_failures, task_dir)
         async with self._image_lock:
+            _raise_if_failed(self._image_failures, task_dir)
             if task_dir not in self._images:
-                self._images[task_dir] = await docker_ops.prebuild_image(
-                    task_dir,
-                    self._setup.staging / "runtime",
-                    self._setup.staging / "code",
-                    await self._site_for(task_dir),
-                )
+                try:
+                    self._images[task_dir] = await docker_ops.prebuild_image(
+                        task_dir,
+                        self._setup.staging / "runtime",
+                        self._setup.staging / "code",
+                        await self._site_for(task_dir),
+                    )
+                except (InputError, DockerCommandError) as exc:
+                    self._image_failures[task_dir] = exc
+                    raise
         return self._images[task_dir]
 
     async def _on_event(self, event: TrialHookEvent) -> None:
@@ -459,6 +483,13 @@ def _import_paths(workflow: Any, grader: Any) -> tuple[str, str | None]:
     if grader is None:
         return workflow_path, None
     return workflow_path, import_path_of(grader, Grader, "grader", tolerate_missing_deps=True)
+
+
+def _raise_if_failed(failures: dict[Path, InputError | DockerCommandError], task_dir: Path) -> None:
+    """Raise again what failed for ``task_dir`` (its traceback dropped: each row's own
+    raise would otherwise add to the one stored)."""
+    if (failure := failures.get(task_dir)) is not None:
+        raise failure.with_traceback(None)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

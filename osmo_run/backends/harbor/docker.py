@@ -59,6 +59,7 @@ async def docker(*args: str, check: bool = True, timeout_sec: float = 900.0) -> 
         output, _ = await asyncio.wait_for(process.communicate(), timeout_sec)
     except TimeoutError:
         process.kill()
+        await process.wait()  # reap it, as for pip (wheelhouse._pip)
         raise DockerCommandError(f"docker {args[0]} took longer than {timeout_sec:g}s") from None
     text = output.decode("utf-8", "replace")
     if check and process.returncode != 0:

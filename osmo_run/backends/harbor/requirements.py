@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.metadata
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,8 +82,9 @@ def _parse(text: str, where: str) -> Requirement:
     try:
         return Requirement(text)
     except InvalidRequirement as exc:
+        said = str(exc).splitlines()[0]  # the lines after it draw a caret under the text
         raise RequirementsError(
-            f"{where}: {text!r} is not a requirement ({exc}); write it as pip would take it "
+            f"{where}: {text!r} is not a requirement ({said}); write it as pip would take it "
             "(for example 'pyyaml>=6')"
         ) from None
 
@@ -128,30 +130,91 @@ def _from_pyproject(
     return found
 
 
+_COMMENT = re.compile(r"(^|\s+)#.*$")
+"""pip's rule for a comment: ``#`` at the start of a line or after whitespace."""
+
+
+def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """``lines`` as pip reads them: a line ending in ``\\`` joined with the next (unless it
+    is a comment), comments removed; each with the number of its first physical line."""
+    joined: list[tuple[int, str]] = []
+    pending: list[str] = []
+    first = 0
+    for number, line in enumerate(lines, 1):
+        if line.endswith("\\") and not _COMMENT.match(line):
+            first = first if pending else number
+            pending.append(line[:-1])
+            continue
+        if pending:
+            joined.append(
+                (first, "".join(pending) + (" " + line if _COMMENT.match(line) else line))
+            )
+            pending = []
+        else:
+            joined.append((number, line))
+    if pending:  # the file ends with a continuation
+        joined.append((first, "".join(pending)))
+    return [(number, _COMMENT.sub("", line).strip()) for number, line in joined]
+
+
+def _nested_file(line: str) -> str | None:
+    """The file a ``-r`` line names, in every form pip takes (``-r f``, ``-rf``, ``-r=f``,
+    ``--requirement f``, ``--requirement=f``); ``None`` for any other line."""
+    if line.startswith("--requirement"):
+        rest = line.removeprefix("--requirement")
+        if rest[:1] not in ("=", " ", "\t"):
+            return None
+    elif line.startswith("-r"):
+        rest = line.removeprefix("-r")
+    else:
+        return None
+    return rest.strip().removeprefix("=").strip() or None
+
+
+def _without_hashes(line: str) -> str:
+    """``line`` without its ``--hash=…`` / ``--hash …`` options (pip-compile writes them)."""
+    parts = line.split()
+    kept: list[str] = []
+    skip_next = False
+    for part in parts:
+        if skip_next:
+            skip_next = False
+        elif part == "--hash":
+            skip_next = True
+        elif not part.startswith("--hash="):
+            kept.append(part)
+    return " ".join(kept)
+
+
 def _from_requirements_txt(
     path: Path, seen: frozenset[Path] = frozenset()
 ) -> list[tuple[str, str]]:
-    """Requirement lines of a requirements file (``-r`` followed, ``--hash`` dropped)."""
+    """Requirement lines of a requirements file, read as pip reads them (continuation
+    lines joined, comments dropped, ``-r`` followed, ``--hash`` dropped).
+
+    Raises :class:`RequirementsError` naming the file and line of any other pip option.
+    """
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise RequirementsError(f"{path}: cannot read it: {exc}") from None
     found: list[tuple[str, str]] = []
-    for number, raw in enumerate(lines, 1):
-        line = raw.split(" #")[0].strip() if not raw.lstrip().startswith("#") else ""
-        line = " ".join(part for part in line.split() if not part.startswith("--hash"))
-        if not line or line == "\\":
-            continue
+    for number, text in _logical_lines(lines):
         where = f"{path}:{number}"
-        if line.startswith(("-r ", "--requirement ")):
-            nested = (path.parent / line.split(maxsplit=1)[1]).resolve()
+        nested_name = _nested_file(text)
+        if nested_name is not None:
+            nested = (path.parent / nested_name).resolve()
             if nested not in seen:
                 found += _from_requirements_txt(nested, seen | {path.resolve()})
             continue
-        if line.startswith("-"):
+        line = _without_hashes(text)
+        if not line:
+            continue
+        option = next((part for part in line.split() if part.startswith("-")), None)
+        if option is not None:
             raise RequirementsError(
-                f"{where}: {line.split()[0]} is a pip option osmo-run does not pass on; list "
-                "requirements only (the trial installs wheels from this machine's index)"
+                f"{where}: {option.split('=')[0]} is a pip option osmo-run does not pass on; "
+                "list requirements only (the trial installs wheels from this machine's index)"
             )
         found.append((line, where))
     return found

@@ -152,6 +152,7 @@ async def _pip(*args: str, timeout_sec: float = 1800.0) -> tuple[int, str]:
         output, _ = await asyncio.wait_for(process.communicate(), timeout_sec)
     except TimeoutError:
         process.kill()
+        await process.wait()  # reap it: no zombie, no transport closed after the loop
         raise RequirementsError(f"requirements: pip took longer than {timeout_sec:g}s") from None
     return int(process.returncode or 0), output.decode("utf-8", "replace")
 
