@@ -229,7 +229,10 @@ def test_failures_with_different_causes_never_trip_it(
         for i in range(8)
     ]
     data = write_jsonl(rows)
-    spec = _spec(tmp_path, stub_model.base_url, concurrency=1)
+    # 3 s, not 1: each row must end as model_api_error (its retries given up before the
+    # deadline), never as a timeout, which would reset the streak for another reason
+    timeouts = {"agent_sec": 3, "grader_sec": 2}
+    spec = _spec(tmp_path, stub_model.base_url, concurrency=1, timeouts=timeouts)
     code, lines, output = _run(cli, data, spec, "--breaker", "2")
     assert code == ExitCode.ROLLOUTS_FAILED, "\n".join(lines)
     records = read_jsonl(output)
