@@ -95,7 +95,8 @@ class CallRetries:
     """The retry state of one model call: ask :meth:`next_wait` after each failed try.
 
     ``deadline`` is a ``time.monotonic()`` instant (default: the running rollout's
-    deadline, if any) that no wait may pass.
+    deadline, if any) that no retry may pass: a wait and a try as long as the last one must
+    end before it. Create it as the first try starts.
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class CallRetries:
         self.deadline = deadline
         self.tries = 1
         self.gave_up_because = ""
+        self._try_started = time.monotonic()
 
     def next_wait(self, retry_after: float | None = None) -> float | None:
         """How long to wait before the next try, or ``None`` to give up (then
@@ -127,11 +129,14 @@ class CallRetries:
             wait = retry_after * random.uniform(1.0, 1.0 + policy.jitter / 2)
         else:
             wait = policy.backoff(self.tries)
-        if self.deadline is not None and time.monotonic() + wait >= self.deadline:
+        now = time.monotonic()
+        last_try = now - self._try_started  # the next one is likely as long
+        if self.deadline is not None and now + wait + last_try >= self.deadline:
             self.gave_up_because = (
                 f"the next try would pass the rollout's deadline; gave up after {self.tries} tries"
             )
             return None
+        self._try_started = now + wait
         if self.tries == 1:
             rollout = _current.get()
             if rollout is not None:

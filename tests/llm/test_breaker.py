@@ -146,7 +146,10 @@ def test_rows_in_flight_when_it_trips_finish_and_are_recorded(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, dead_port: int
 ) -> None:
     data = write_jsonl(_rows(30))
-    spec = _spec(tmp_path, f"http://127.0.0.1:{dead_port}/v1", concurrency=6)
+    # 3 s: every row gives up on the dead endpoint before its deadline even on a busy box (a
+    # timeout in between would reset the streak and let more rows start before the trip)
+    timeouts = {"agent_sec": 3, "grader_sec": 2}
+    spec = _spec(tmp_path, f"http://127.0.0.1:{dead_port}/v1", concurrency=6, timeouts=timeouts)
     report = tmp_path / "report.md"
     code, lines, output = _run(cli, data, spec, "--breaker", "3", "--json", "--summary-md", report)
     assert code == ExitCode.SYSTEMIC_FAILURE, "\n".join(lines)
@@ -229,17 +232,19 @@ def test_failures_with_different_causes_never_trip_it(
         for i in range(8)
     ]
     data = write_jsonl(rows)
-    # 3 s, not 1: each row must end as model_api_error (its retries given up before the
-    # deadline), never as a timeout, which would reset the streak for another reason
+    # 3 s, not 1: rows end as model_api_error (their retries given up before the deadline);
+    # a busy machine can still turn one into a timeout, which never trips the breaker either
     timeouts = {"agent_sec": 3, "grader_sec": 2}
     spec = _spec(tmp_path, stub_model.base_url, concurrency=1, timeouts=timeouts)
     code, lines, output = _run(cli, data, spec, "--breaker", "2")
     assert code == ExitCode.ROLLOUTS_FAILED, "\n".join(lines)
     records = read_jsonl(output)
     assert len(records) == 8
-    assert {r["error_category"] for r in records} == {"model_api_error"}
-    messages = {r["row_id"]: r["error_message"] for r in records}
-    assert "answered HTTP 500" in messages["r00"] and "cannot reach" in messages["r01"]
+    assert {r["error_category"] for r in records} <= {"model_api_error", "timeout"}
+    systemic = [r["error_message"] for r in records if r["error_category"] == "model_api_error"]
+    assert len(systemic) >= 6, systemic  # both causes, alternating
+    assert any("answered HTTP 500" in m for m in systemic)
+    assert any("cannot reach" in m for m in systemic)
     assert not _stopped_lines(lines)
 
 

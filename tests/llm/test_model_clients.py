@@ -277,6 +277,17 @@ def test_retry_after_headers_and_backoff() -> None:
     assert CallRetries(CallRetryPolicy(max_backoff_sec=10)).next_wait(60.0) is None
 
 
+def test_a_retry_needs_time_for_the_wait_and_a_try_as_long_as_the_last() -> None:
+    """A try that starts just before the deadline ends past it: the row would be a timeout
+    instead of the endpoint's own error. Here the first try took 0.3 s, the wait is 0.2 s
+    and 0.4 s are left: a second try of 0.3 s would end 0.1 s late, so the call gives up."""
+    retries = CallRetries(CallRetryPolicy(), deadline=time.monotonic() + 0.7)
+    time.sleep(0.3)
+    assert retries.next_wait(0.2) is None and "deadline" in retries.gave_up_because
+    quick = CallRetries(CallRetryPolicy(), deadline=time.monotonic() + 0.7)
+    assert quick.next_wait(0.2) is not None  # a try of no time: the retry fits
+
+
 def test_the_soft_open_file_limit_is_raised_toward_the_hard_one() -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard == resource.RLIM_INFINITY or hard < 2048:
