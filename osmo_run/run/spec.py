@@ -703,10 +703,20 @@ def format_validation_error(source: str, exc: ValidationError, model: type[BaseM
     return "\n".join(lines)
 
 
-def load_spec(path: Path) -> RunSpec:
-    """Read and validate a YAML spec; relative paths become relative to its directory.
+MAX_SPEC_VALUES = 100_000
+"""How many values a spec may hold once its YAML aliases are expanded (a spec is a page of
+settings; an alias bomb expands to billions, which validation would walk for hours)."""
 
-    Raises :class:`SpecError` naming the file and each invalid field.
+MAX_SPEC_DEPTH = 64
+"""How deeply a spec's values may nest."""
+
+
+def read_spec_yaml(path: Path) -> Any:
+    """The YAML document at ``path``, parsed safely and bounded in size and depth.
+
+    Raises :class:`SpecError` naming the file (and line, for a syntax error) when it cannot
+    be read, is not YAML, nests deeper than :data:`MAX_SPEC_DEPTH` or expands through
+    aliases (``&a`` / ``*a``) to more than :data:`MAX_SPEC_VALUES` values.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -716,6 +726,9 @@ def load_spec(path: Path) -> RunSpec:
         raise SpecError(f"{path}: is a directory; pass the spec's YAML file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: cannot read spec: {exc}") from None
+    too_deep = SpecError(
+        f"{path}: values nest more than {MAX_SPEC_DEPTH} levels deep; flatten the settings"
+    )
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -723,6 +736,40 @@ def load_spec(path: Path) -> RunSpec:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(f"{path}{where}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise too_deep from None
+    sizes: dict[int, int] = {}
+
+    def expanded_size(value: Any, depth: int) -> int:
+        if depth > MAX_SPEC_DEPTH:
+            raise too_deep
+        if not isinstance(value, dict | list):
+            return 1
+        known = sizes.get(id(value))
+        if known is not None:
+            return known
+        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        size = 1
+        for child in children:
+            size += expanded_size(child, depth + 1)
+            if size > MAX_SPEC_VALUES:
+                raise SpecError(
+                    f"{path}: the spec expands to more than {MAX_SPEC_VALUES:,} values through "
+                    "YAML aliases (&name / *name); write the values out or make them smaller"
+                )
+        sizes[id(value)] = size
+        return size
+
+    expanded_size(data, 0)
+    return data
+
+
+def load_spec(path: Path) -> RunSpec:
+    """Read and validate a YAML spec; relative paths become relative to its directory.
+
+    Raises :class:`SpecError` naming the file and each invalid field.
+    """
+    data = read_spec_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(
             f"{path}: a spec is a YAML mapping with at least 'workflow: module:Class', "

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from osmo_run.errors import OsmoRunError
 from osmo_run.run.dataset import Dataset
-from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec
+from osmo_run.run.spec import RunSpec, SpecError, _anchor_paths, load_spec, read_spec_yaml
 from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
@@ -83,8 +82,8 @@ def _without_bad_fields(spec_path: Path) -> tuple[RunSpec | None, frozenset[str]
     listed), so the checks that do not depend on them still run, and the fields left out;
     ``None`` if that fails."""
     try:
-        data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = read_spec_yaml(spec_path)
+    except SpecError:
         return None, frozenset()
     if not isinstance(data, dict):
         return None, frozenset()
