@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from osmo_run.errors import OsmoRunError
+from osmo_run.errors import OsmoRunError, SpecError
 from osmo_run.run.dataset import Dataset
-from osmo_run.run.spec import RunSpec, SpecError, _anchor_paths, load_spec, read_spec_yaml
+from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec, read_spec_yaml
 from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
