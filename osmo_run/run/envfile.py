@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from pathlib import Path
 
 from osmo_run.errors import EnvFileError
@@ -26,12 +27,49 @@ def read_env_file(path: Path) -> dict[str, str]:
     Raises :class:`EnvFileError` for a file that cannot be read as UTF-8, and naming
     ``path:line`` (never the line's text) for a line that is not ``KEY=VALUE`` or a key
     without ``=``.
+
+    A file is read once per process: the run sets its variables and masks its values from
+    the same reading, so a pipe (``--env-file <(sops -d .env)``), which gives its text only
+    once, is masked too. A regular file changed since is read again.
     """
+    try:
+        key = _reading_key(path)
+    except OSError:
+        key = None
+    if key is not None and key in _READ:
+        return dict(_READ[key])
+    values = _parse_env_file(path)
+    if key is not None:
+        _READ[key] = dict(values)
+    return values
+
+
+_READ: dict[tuple[str, int, int, int], dict[str, str]] = {}
+"""The values of each env file read in this process, by :func:`_reading_key`."""
+
+
+def _reading_key(path: Path) -> tuple[str, int, int, int]:
+    """What identifies one reading of ``path``: its name and, for a regular file, its
+    inode, size and modification time (a pipe is the same pipe for as long as it is open)."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        return (str(path), 0, 0, 0)
+    return (str(path.resolve()), info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _parse_env_file(path: Path) -> dict[str, str]:
     from dotenv import dotenv_values
     from dotenv.parser import parse_stream
 
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_ENV_FILE_BYTES + 1)
+        if len(data) > MAX_ENV_FILE_BYTES:
+            raise EnvFileError(
+                f"{path}: larger than {MAX_ENV_FILE_BYTES // 2**20} MiB; an env file holds "
+                "variables, pass the dotenv file"
+            )
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise EnvFileError(f"{path}: env file not found") from None
     except IsADirectoryError:
@@ -48,6 +86,10 @@ def read_env_file(path: Path) -> dict[str, str]:
             raise EnvFileError(f"{path}:{line}: {binding.key} has no '='; write {binding.key}=")
     values = dotenv_values(stream=io.StringIO(text), interpolate=True)
     return {key: value for key, value in values.items() if value is not None}
+
+
+MAX_ENV_FILE_BYTES = 2**20
+"""The most an env file may hold (``--env-file /dev/zero`` would otherwise never end)."""
 
 
 def _first_line(chunk: str, line: int) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import stat
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -69,8 +70,18 @@ def _reading(path: Path, fmt: DatasetFormat) -> Iterator[None]:
 
 
 def read(path: Path, fmt: DatasetFormat) -> Iterator[tuple[int, Payload]]:
-    """Every row of ``path`` in ``fmt`` (see the module docstring)."""
+    """Every row of ``path`` in ``fmt`` (see the module docstring).
+
+    Raises :class:`DatasetError` for a path that is missing, a directory, unreadable, or
+    not a regular file: a run reads its dataset more than once (checked, then run, then
+    again by ``--resume``), and a pipe (``<(zcat rows.jsonl.gz)``) gives its rows only once.
+    """
     with _reading(path, fmt):
+        if path.exists() and not path.is_dir() and not stat.S_ISREG(path.stat().st_mode):
+            raise DatasetError(
+                f"{path}: not a regular file (a pipe or a device); osmo-run reads a dataset "
+                "more than once, so write it to a file first (cmd > rows.jsonl)"
+            )
         if fmt == "csv":
             yield from _csv_rows(path)
         elif fmt == "parquet":

@@ -707,6 +707,9 @@ MAX_SPEC_VALUES = 100_000
 """How many values a spec may hold once its YAML aliases are expanded (a spec is a page of
 settings; an alias bomb expands to billions, which validation would walk for hours)."""
 
+MAX_SPEC_BYTES = 2**20
+"""The most a spec file may hold (``--spec /dev/zero`` would otherwise never end)."""
+
 MAX_SPEC_DEPTH = 64
 """How deeply a spec's values may nest."""
 
@@ -715,11 +718,18 @@ def read_spec_yaml(path: Path) -> Any:
     """The YAML document at ``path``, parsed safely and bounded in size and depth.
 
     Raises :class:`SpecError` naming the file (and line, for a syntax error) when it cannot
-    be read, is not YAML, nests deeper than :data:`MAX_SPEC_DEPTH` or expands through
-    aliases (``&a`` / ``*a``) to more than :data:`MAX_SPEC_VALUES` values.
+    be read, is larger than :data:`MAX_SPEC_BYTES`, is not YAML, nests deeper than
+    :data:`MAX_SPEC_DEPTH` or expands through aliases (``&a`` / ``*a``) to more than
+    :data:`MAX_SPEC_VALUES` values.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
+        if len(data) > MAX_SPEC_BYTES:
+            raise SpecError(
+                f"{path}: larger than {MAX_SPEC_BYTES // 2**20} MiB; pass the YAML spec"
+            )
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: spec file not found") from None
     except IsADirectoryError:
