@@ -9,6 +9,7 @@ block, or else the first object or array in it, so ``Here it is: {"a": 1}`` hold
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter
@@ -90,11 +91,22 @@ def extract_json(text: str, strict: bool) -> tuple[Any, str] | str:
             return parse_json(block), "a fenced code block"
         except ValueError:
             continue
-    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:_MAX_CANDIDATES]
-    for start in starts:
+    # each try parses until the text stops being JSON: bound the characters all tries read
+    # together, or 200 brackets before an unclosed megabyte would read it 200 times
+    budget = 2 * len(text) + 10_000
+    for match in itertools.islice(re.finditer(r"[{\[]", text), _MAX_CANDIDATES):
+        start = match.start()
         try:
             data = _decode(_LENIENT, text, start)
+        except json.JSONDecodeError as exc:
+            budget -= exc.pos - start + 1
+            if budget < 0:
+                break
+            continue
         except (ValueError, RecursionError):
+            budget -= len(text) - start  # how far it read is unknown: assume all of it
+            if budget < 0:
+                break
             continue
         return data, f"the {'object' if text[start] == '{' else 'array'} at character {start}"
     return whole_error + ", and no fenced block, object or array in it parses"

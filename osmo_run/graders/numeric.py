@@ -185,15 +185,14 @@ def _to_number(match: re.Match[str]) -> Number | None:
     denominator_text = groups["den"] or "1"
     if len(integer) + len(fraction) > MAX_DIGITS or len(denominator_text) > MAX_DIGITS:
         return None
+    denominator = int(denominator_text)
+    if denominator == 0:
+        return None
     if len(exponent_text.lstrip("-")) > 6 or abs(int(exponent_text)) > MAX_EXPONENT:
         return None
     # int() reads the digits of any script (Arabic-Indic, full-width)
     digits = int(integer or "0") * 10 ** len(fraction) + int(fraction or "0")
-    value = Fraction(digits, 10 ** len(fraction)) * Fraction(10) ** int(exponent_text)
-    denominator = int(denominator_text)
-    if denominator == 0:
-        return None
-    value /= denominator
+    value = Fraction(digits, 10 ** len(fraction) * denominator) * Fraction(10) ** int(exponent_text)
     if groups["sign"] == "-":
         value = -value
     text = match.group(0).strip()
@@ -207,6 +206,19 @@ def find_numbers(text: str, decimal_comma: bool = False) -> list[Number]:
     pattern = _PATTERNS[decimal_comma]
     numbers = (_to_number(m) for m in pattern.finditer(_prepare(text)))
     return [n for n in numbers if n is not None]
+
+
+def pick_number(
+    text: str, decimal_comma: bool = False, occurrence: Literal["last", "first"] = "last"
+) -> Number | None:
+    """The last (or first) number of ``text``, as :func:`find_numbers` reads them; only
+    that one is converted, so a text of a million numbers costs one regex scan."""
+    matches = list(_PATTERNS[decimal_comma].finditer(_prepare(text)))
+    for match in reversed(matches) if occurrence == "last" else matches:
+        number = _to_number(match)
+        if number is not None:
+            return number
+    return None
 
 
 _CURRENCY = "$€£¥₹"
@@ -343,10 +355,7 @@ class NumericMatch(SettingsGrader[NumericMatchSettings]):
             boxed = _boxed_content(answer)
             if boxed is not None:
                 text, where = boxed, "\\boxed{}"
-        numbers = find_numbers(text or "", settings.decimal_comma)
-        if not numbers:
-            return None, where
-        return (numbers[-1] if settings.occurrence == "last" else numbers[0]), where
+        return pick_number(text or "", settings.decimal_comma, settings.occurrence), where
 
     async def grade(self, ctx: GraderContext) -> float:
         settings = self.settings

@@ -129,3 +129,11 @@ def test_a_label_nested_too_deeply_to_compare_is_a_validation_error() -> None:
     assert result.status is RolloutStatus.FAILURE
     assert result.error_message is not None
     assert "JsonEquals: the label nests more than 100 levels deep" in result.error_message
+
+
+def test_brackets_before_an_unclosed_megabyte_are_not_each_parsed_to_its_end() -> None:
+    # each of 200 tries read the whole megabyte: minutes, past the grader's deadline
+    answer = "x " + "[" * 200 + "1," * 500_000
+    result = grade(JsonValid, None, answer)
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.reward == 0.0
