@@ -137,3 +137,11 @@ def test_brackets_before_an_unclosed_megabyte_are_not_each_parsed_to_its_end() -
     result = grade(JsonValid, None, answer)
     assert result.status is RolloutStatus.SUCCESS, result.error_message
     assert result.reward == 0.0
+
+
+@pytest.mark.parametrize("extra", [False, True])
+def test_unordered_items_compare_as_json_data(extra: bool) -> None:
+    options = {"ignore_list_order": True, "allow_extra_keys": extra}
+    assert grade(JsonEquals, [1, True, None], "[true, null, 1.0]", options).reward == 1.0
+    assert grade(JsonEquals, [1, True], "[true, true]", options).reward == 0.0
+    assert grade(JsonEquals, [1, 1], "[1, true]", options).reward == 0.0

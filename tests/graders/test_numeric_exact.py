@@ -4,6 +4,7 @@ decimals (no float rounding, no default tolerance between distinct integers)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -130,3 +131,14 @@ def test_a_mixed_number_is_its_whole_plus_its_fraction(
     improper = f"{whole * denominator + numerator}/{denominator}"
     assert grade(NumericMatch, improper, f"\\boxed{{{mixed}}}").reward == 1.0
     assert grade(NumericMatch, mixed, f"\\boxed{{-{mixed}}}").reward == 0.0
+
+
+_DECIMALS = st.decimals(min_value=-(10**12), max_value=10**12, places=6, allow_nan=False)
+
+
+@_FAST
+@given(_DECIMALS, st.integers(min_value=-2, max_value=2))
+def test_distinct_decimals_never_match_by_default(a: Decimal, steps: int) -> None:
+    b = a + steps * max(abs(a), Decimal(1)) / (2 * 10**9)  # within the old rel_tol 1e-9
+    result = grade(NumericMatch, str(a), f"The answer is {b:f}.")
+    assert result.reward == float(a == b), explanation(result)
