@@ -52,8 +52,9 @@ _TRANSLATE = str.maketrans(
     }
 )
 _LATEX = (
-    (re.compile(r"\{,\}|,\\!"), ","),  # 1{,}234 and MATH's 10,\!000
-    (re.compile(r"\\[,;!]|\\thinspace\b"), "\u2009"),  # 1\,234
+    (re.compile(r"\{,\}"), ","),  # 1{,}234 (3{,}5 with decimal_comma)
+    # MATH's 10,\!000: a thousands separator whichever character is the decimal one
+    (re.compile(r",\\!|\\[,;!]|\\thinspace\b"), "\u2009"),  # and 1\,234
     (re.compile(r"\\\$"), "$"),  # \$5
     (re.compile(r"\^\s*(?:\\circ\b|\{\s*\\circ\s*\})"), ""),  # 90^\circ: degrees
     (re.compile(r"\\%"), "%"),

@@ -38,6 +38,8 @@ FORMS: list[tuple[dict[str, Any], Any, str, float]] = [
     ({}, "10,\\!000", "The total is 10000.", 1.0),
     ({}, "1,\\!000,\\!000", "\\boxed{1000000}", 1.0),
     ({}, "\\$1,\\!234.50", "\\boxed{\\$1,\\!234.50}", 1.0),
+    ({"decimal_comma": True}, 10000, "\\boxed{10,\\!000}", 1.0),
+    ({"decimal_comma": True}, "3,5", "\\boxed{3{,}5}", 1.0),
     ({}, "90^\\circ", "\\boxed{90^\\circ}", 1.0),
     # powers
     ({}, 3, "\\boxed{10^3}", 0.0),
