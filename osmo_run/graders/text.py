@@ -122,6 +122,8 @@ to tell where words end without a dictionary."""
 
 
 def _spaceless(char: str) -> bool:
+    if char < "\u0e00":  # Thai is the first of them; most text stops here, without a lookup
+        return False
     return unicodedata.name(char, "").startswith(_SPACELESS_SCRIPTS)
 
 
