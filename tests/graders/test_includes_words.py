@@ -53,3 +53,14 @@ def test_a_number_is_never_found_inside_a_longer_number(a: int, b: int, sep: str
     assert grade(Includes, str(a), f"The total is {longer} apples").reward == 0.0
     assert grade(Includes, f"{b:03d}", f"The total is {longer} apples").reward == 0.0
     assert grade(Includes, longer, f"The total is {longer} apples").reward == 1.0
+
+
+_HAN = st.text(st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_HAN, st.text(st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), max_size=6), _HAN)
+def test_chinese_text_holds_the_label_wherever_it_stands(
+    label: str, before: str, after: str
+) -> None:
+    assert grade(Includes, label, f"{before}{label}{after}。").reward == 1.0

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from osmo_run import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext, RolloutStatus
 from osmo_run.graders import ModelJudge
@@ -131,3 +134,15 @@ def test_a_negative_score_is_asked_again_not_taken_as_positive(
     assert result.reward == 0.0, explanation(result)
     retry = scripted_judge.requests[1]["messages"][-1]["content"]
     assert "-3 is outside the scale" in retry
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.decimals(min_value=-100, max_value=100, places=2), st.sampled_from([".", ","]))
+def test_a_score_is_read_with_its_sign_and_value(score: Decimal, point: str) -> None:
+    written = f"{score:f}".replace(".", point)
+    verdict = parse_reply(f"Reasoning.\nSCORE: {written}", NUMBER)
+    if 0 <= score <= 10:
+        assert isinstance(verdict, Verdict)
+        assert verdict.reward == float(score) / 10
+    else:
+        assert verdict == f"{float(score):g} is outside the scale; N is from 0 to 10"
