@@ -97,17 +97,67 @@ def _find(needle: str, haystack: str, whole_words: bool) -> int:
     start = haystack.find(needle)
     while start != -1 and whole_words:
         end = start + len(needle)
-        before = haystack[start - 1] if start > 0 else " "
-        after = haystack[end] if end < len(haystack) else " "
-        if not _word_char(before, needle[:1]) and not _word_char(after, needle[-1:]):
+        if not _continues_before(haystack, start, needle) and not _continues_after(
+            haystack, end, needle
+        ):
             return start
         start = haystack.find(needle, start + 1)
     return start
 
 
+_SPACELESS_SCRIPTS = (
+    "CJK ",
+    "HIRAGANA",
+    "KATAKANA",
+    "HALFWIDTH KATAKANA",
+    "HANGUL",
+    "THAI",
+    "LAO",
+    "KHMER",
+    "MYANMAR",
+)
+"""Scripts written without spaces between words (or, in Korean, with particles joined to
+them): a neighbour from one of them is never part of the same word, as there is no way
+to tell where words end without a dictionary."""
+
+
+def _spaceless(char: str) -> bool:
+    if char < "\u0e00":  # Thai is the first of them; most text stops here, without a lookup
+        return False
+    return unicodedata.name(char, "").startswith(_SPACELESS_SCRIPTS)
+
+
 def _word_char(neighbour: str, edge: str) -> bool:
     """Whether ``neighbour`` continues the word that ends (or starts) with ``edge``."""
+    if _spaceless(neighbour) or _spaceless(edge):
+        return False
     return (neighbour.isalnum() or neighbour == "_") and (edge.isalnum() or edge == "_")
+
+
+def _continues_before(text: str, start: int, needle: str) -> bool:
+    """Whether the text before ``start`` belongs to the word or number ``needle`` starts:
+    a letter or digit, or a decimal point or thousands separator after a digit
+    (``5`` is not in ``4.5``)."""
+    if start == 0:
+        return False
+    before = text[start - 1]
+    if _word_char(before, needle[0]):
+        return True
+    return before in ".," and needle[0].isdigit() and start >= 2 and text[start - 2].isdigit()
+
+
+def _continues_after(text: str, end: int, needle: str) -> bool:
+    """Whether the text from ``end`` continues the word or number ``needle`` ends: a
+    letter or digit, or a decimal point or separator before a digit (``4`` is not in
+    ``4,000``; a full stop ending a sentence does not continue it)."""
+    if end >= len(text):
+        return False
+    after = text[end]
+    if _word_char(after, needle[-1]):
+        return True
+    return (
+        after in ".," and needle[-1].isdigit() and end + 1 < len(text) and text[end + 1].isdigit()
+    )
 
 
 class Includes(SettingsGrader[IncludesSettings]):

@@ -56,9 +56,9 @@ def _status_error(url: str, answer: HTTPAnswer) -> ModelAPIError:
 def _completion(url: str, payload: bytes) -> dict[str, Any]:
     try:
         data = json.loads(payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, a 5,000-digit int
         raise ModelAPIError(
-            f"{url} answered something that is not JSON: {payload[:120]!r}"
+            f"{url} answered something that is not JSON it can read: {payload[:120]!r}"
         ) from None
     if not isinstance(data, dict) or not data.get("choices"):
         raise ModelAPIError(f"{url} answered without 'choices': {str(data)[:200]}")
@@ -131,18 +131,48 @@ async def chat_completion(
 def record_usage(usage: object, seconds: float) -> None:
     """Count one model call with an OpenAI-style ``usage`` (a dict, or an object with
     ``prompt_tokens``/``completion_tokens`` or ``input_tokens``/``output_tokens``) in the
-    running rollout; does nothing outside a rollout."""
+    running rollout; does nothing outside a rollout.
+
+    A count that is not a finite non-negative integer (``NaN``, ``-5``, ``2.5``, ``"12"``)
+    is not counted, with a warning in the row: what an endpoint reports about its usage
+    never fails the call it answered.
+    """
     rollout = _current.get()
     if rollout is None:
         return
-    prompt = _tokens(usage, "prompt_tokens", "input_tokens")
-    completion = _tokens(usage, "completion_tokens", "output_tokens")
-    rollout.record_llm_call(prompt, completion, seconds)
+    counts = []
+    for names in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
+        count, unreadable = _tokens(usage, *names)
+        if unreadable is not None:
+            rollout.warn(
+                f"the model's usage.{unreadable[0]} {unreadable[1]} is not a token count; "
+                "not counted"
+            )
+        counts.append(count)
+    rollout.record_llm_call(counts[0], counts[1], seconds)
 
 
-def _tokens(usage: object, *names: str) -> int:
+_MAX_TOKENS = 10**15
+"""More tokens than any call reports: a larger count is an endpoint's error."""
+
+
+def _tokens(usage: object, *names: str) -> tuple[int, tuple[str, str] | None]:
+    """The first of ``names`` that ``usage`` holds, as a token count (0 when none), and
+    ``(name, the value shown)`` when the value held is not a token count."""
     for name in names:
         value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return int(value)
-    return 0
+        if value is None:
+            continue
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if integral and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
+            return int(value), None
+        return 0, (name, _shown(value))
+    return 0, None
+
+
+def _shown(value: object) -> str:
+    """``value`` for a warning, at most 40 characters."""
+    if isinstance(value, int) and value > _MAX_TOKENS:
+        return "(more than 10**15)"  # repr() of a long enough int raises
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -353,6 +353,7 @@ async def run_grader_phase(
         result.info[GRADER_INFO_KEY] = explained
     # a copy: an abandoned grader may still be counting; None replaces an earlier grading's
     result.grader_usage = dataclasses.replace(rollout.usage) if rollout.usage.model_calls else None
+    warnings.extend(w for w in rollout.warnings if w not in warnings)  # e.g. unreadable usage
     result.timings.grader_sec = time.monotonic() - started
     sample = result.sample
     if sample is not None and (type(sample.metrics) is not dict or sample.metrics):

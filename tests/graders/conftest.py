@@ -48,8 +48,8 @@ def explanation(result: ExecutionResult) -> str:
 class ScriptedJudge(ThreadingHTTPServer):
     """An OpenAI-compatible chat endpoint that answers from ``script``: each item is the
     reply text, or an ``int`` HTTP status to fail with (sent with a ``Retry-After`` too long
-    to wait for); or ``respond(body)`` answers when
-    set (for requests whose order is not fixed). Records every request's body and headers.
+    to wait for); or ``respond(body)`` answers when set (for requests whose order is not
+    fixed); ``usage`` is every answer's usage. Records every request's body and headers.
     Stands in for a paid judge model; the client, HTTP and parsing are real."""
 
     def __init__(self) -> None:
@@ -58,6 +58,12 @@ class ScriptedJudge(ThreadingHTTPServer):
         self.respond: Callable[[dict[str, Any]], str | int] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
+        self.usage: dict[str, Any] = {
+            "prompt_tokens": 50,
+            "completion_tokens": 10,
+            "total_tokens": 60,
+        }
+        """The ``usage`` of every answer (any JSON Python writes: ``NaN`` too)."""
         self._lock = threading.Lock()
 
     @property
@@ -107,7 +113,7 @@ class _JudgeHandler(BaseHTTPRequestHandler):
                             "finish_reason": "stop",
                         }
                     ],
-                    "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+                    "usage": self.server.usage,
                 }
             ).encode()
         self.send_response(status)

@@ -80,7 +80,7 @@ def test_parts_may_be_any_grader_and_combinations_nest() -> None:
         "settings": {"graders": [{"grader": "ExactMatch"}, {"grader": "Includes"}]},
     }
     parts = [inner, {"grader": "osmo_run.graders:NumericMatch", "settings": {"abs_tol": 0.5}}]
-    result = grade(AllOf, "42", "The answer: 42.3", {"graders": parts})
+    result = grade(AllOf, "42", "The answer: 42 (42.3 before rounding)", {"graders": parts})
     assert result.reward == 1.0, explanation(result)
     assert result.info["grader"]["parts"][0]["parts"][1]["grader"] == "Includes"
 

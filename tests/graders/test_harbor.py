@@ -62,7 +62,7 @@ def test_built_in_graders_and_the_judge_section_work_inside_trials(
     number, judged = run.rows["number"], run.rows["judged"]
     assert (number["reward"], judged["reward"]) == (1.0, 1.0)
     assert number["info"]["grader"]["parts"][0]["explanation"] == (
-        "last number of the answer, 1,234 = 1234, matches label 1234 (rel_tol 1e-09, abs_tol 0)"
+        "last number of the answer, 1,234 = 1234, matches label 1234 (exactly)"
     )
     assert number["grader_usage"] is None  # NumericMatch passed: no judge call
     first, second = judged["info"]["grader"]["parts"]

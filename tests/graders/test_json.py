@@ -23,7 +23,7 @@ VALID: list[tuple[dict[str, Any], str, float, str]] = [
     ({"strict": True}, 'Here: {"a": 1}', 0.0, "the answer is not JSON (Expecting value"),
     ({}, "{'a': 1}", 0.0, "no fenced block, object or array in it parses"),  # Python, not JSON
     ({}, '{"a": 1,}', 0.0, "the answer is not JSON"),
-    ({}, "NaN", 1.0, "the whole answer is JSON"),  # Python's json reads NaN; so does JS
+    ({}, "NaN", 1.0, "the whole answer is JSON"),  # read as Python reads it, unless strict
 ]
 
 

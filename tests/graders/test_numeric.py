@@ -50,16 +50,14 @@ READ: list[tuple[str, list[float]]] = [
     ("\u0661\u0662\u0663", [123.0]),  # Arabic-Indic digits
     ("\uff13\uff0e\uff15", [3.5]),  # full-width digits and point
     ("$1,234.50", [1234.5]),
-    ("1e999", []),  # overflows: not a finite number
+    ("1e9999", []),  # beyond MAX_EXPONENT: not read
 ]
 
 
 @pytest.mark.parametrize(("text", "values"), READ)
 def test_find_numbers(text: str, values: list[float]) -> None:
-    found = [n.value for n in find_numbers(text)]
+    found = [float(n.value) for n in find_numbers(text)]  # exact values, nearest floats
     assert found == values
-    for got, want in zip(found, values, strict=True):
-        assert str(got) == str(want)  # -0.0 stays negative zero
 
 
 @pytest.mark.parametrize(
@@ -72,8 +70,9 @@ def test_percentages_are_marked(text: str, value: float, percent: bool) -> None:
 
 
 def test_decimal_comma_swaps_the_separators() -> None:
-    assert [n.value for n in find_numbers("1.234,5 und 0,25", decimal_comma=True)] == [1234.5, 0.25]
-    assert [n.value for n in find_numbers("1.234,5")] == [1.234, 5.0]
+    found = find_numbers("1.234,5 und 0,25", decimal_comma=True)
+    assert [float(n.value) for n in found] == [1234.5, 0.25]
+    assert [float(n.value) for n in find_numbers("1.234,5")] == [1.234, 5.0]
 
 
 @pytest.mark.parametrize(
@@ -90,7 +89,7 @@ def test_decimal_comma_swaps_the_separators() -> None:
 )
 def test_parse_number_reads_one_number(text: str, value: float) -> None:
     number = parse_number(text)
-    assert number is not None and number.value == value
+    assert number is not None and float(number.value) == value
 
 
 @pytest.mark.parametrize("text", ["two", "", "12 apples", "1 2", "--3"])
@@ -142,13 +141,12 @@ def test_numeric_match(settings: dict[str, Any], label: Any, answer: str, reward
 def test_numeric_match_explains_both_numbers_and_the_tolerance() -> None:
     result = grade(NumericMatch, "152", "The answer is 151.")
     assert explanation(result) == (
-        "last number of the answer, 151, does not match label 152 (rel_tol 1e-09, abs_tol 0)"
+        "last number of the answer, 151, does not match label 152 (exactly)"
     )
     assert result.info["grader"]["answer_number"] == 151.0
     read = grade(NumericMatch, "1,000", "roughly 1e3")
     assert explanation(read) == (
-        "last number of the answer, 1e3 = 1000, matches label 1,000 = 1000 "
-        "(rel_tol 1e-09, abs_tol 0)"
+        "last number of the answer, 1e3 = 1000, matches label 1,000 = 1000 (exactly)"
     )
     boxed = grade(NumericMatch, 0.5, "so \\boxed{\\frac{1}{2}}", {"rel_tol": 0.01})
     assert explanation(boxed).startswith("last number of \\boxed{}, 1/2 = 0.5, matches label 0.5")
