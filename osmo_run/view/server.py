@@ -10,7 +10,7 @@ Routes, all read-only (GET):
     /runs/{key}/state               rollouts indexed, pending bytes, bad lines, state (polled)
     /runs/{key}/rows/{position}     row page
     /runs/{key}/find?row=&sample=   redirect to a row page by row id (the compare page's links)
-    /runs/{key}/files/{path}        a file inside the run directory (404 for anything else)
+    /runs/{key}/files/{path}        a file the run recorded (see served.py; 404 for anything else)
     /compare?a=KEY&b=KEY            two runs of one dataset compared
     /static/...                     the stylesheet and the page script
 
@@ -55,7 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from osmo_run.errors import InputError
 from osmo_run.view.catalog import Catalog, RunEntry
 from osmo_run.view.charts import fmt_seconds
-from osmo_run.view.files import resolve_inside, sniff
+from osmo_run.view.files import sniff
 from osmo_run.view.pages import RunView, compare_runs
 from osmo_run.view.query import QueryError, RowQuery
 from osmo_run.view.render import render
@@ -382,9 +382,11 @@ class _Handlers:
         view = self.get_view(request)
         if view is None:
             return _not_found("no such file")
-        target = resolve_inside(view.entry.paths.directory, request.path_params["path"])
-        if target is None or target == view.entry.paths.results.resolve():
-            return _not_found("no such file in this run directory")
+        with view.lock:
+            view.refresh()
+            target = view.served_file(request.path_params["path"])
+        if target is None:
+            return _not_found("no such file among the files of this run")
         try:
             with open(target, "rb") as handle:
                 kind = sniff(handle.read(512))
