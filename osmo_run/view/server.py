@@ -211,6 +211,33 @@ def _saved_summary(entry: RunEntry) -> _SavedSummary | None:
     return _SavedSummary(data) if isinstance(data, dict) else None
 
 
+def _state_text(state: dict[str, Any]) -> str:
+    """``state`` as the one JSON text both a page (``data-shown-state`` of its live region)
+    and its poll carry: the page script refreshes the live parts while the two differ, so
+    a page catches up however late a poll is answered or a refresh fails."""
+    return json.dumps(state, sort_keys=True, separators=(",", ":"))
+
+
+def _state_response(text: str) -> Response:
+    return Response(text, media_type="application/json")
+
+
+def _run_state(view: RunView) -> str:
+    """What a run page shows that changes as the run is written (call with the run's lock
+    held when its index is ready)."""
+    index = view.index
+    return _state_text(
+        {
+            "count": index.count,
+            "pending": index.pending,
+            "bad": index.bad_count,
+            "generation": index.generation,
+            "state": view.entry.state(),
+            "ready": view.ready.is_set(),
+        }
+    )
+
+
 def _page(template: str, code: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(render(template, **context), status_code=code)
 
@@ -271,15 +298,19 @@ class _Handlers:
             runs=lines,
             roots=[str(r) for r in viewer.catalog.roots],
             any_live=any(line.state == "live" for line in lines),
+            shown_state=self._runs_state(),
         )
 
     def all_state(self, request: Request) -> Response:
-        viewer = self.viewer
-        viewer.rescan()
-        return JSONResponse(
+        self.viewer.rescan()
+        return _state_response(self._runs_state())
+
+    def _runs_state(self) -> str:
+        """What the runs list shows that changes as runs are written (see :func:`_state_text`)."""
+        return _state_text(
             {
                 key: {"count": view.index.count, "state": view.entry.state()}
-                for key, view in list(viewer.views.items())
+                for key, view in list(self.viewer.views.items())
             }
         )
 
@@ -308,6 +339,7 @@ class _Handlers:
             overview = view.overview(LINKS)
             page, lines = view.page(query)
             count = view.index.count
+            shown_state = _run_state(view)
         context: dict[str, Any] = {
             "o": overview,
             "key": view.entry.key,
@@ -318,6 +350,7 @@ class _Handlers:
             "links": LINKS,
             "query_error": query_error,
             "comparable": viewer.catalog.comparable(view.entry),
+            "shown_state": shown_state,
         }
         if request.query_params.get("fragment") == "1":
             return _page("_fragment.html", **context)
@@ -330,17 +363,8 @@ class _Handlers:
         if view.ready.is_set():
             with view.lock:
                 view.refresh()
-        index = view.index
-        return JSONResponse(
-            {
-                "count": index.count,
-                "pending": index.pending,
-                "bad": index.bad_count,
-                "generation": index.generation,
-                "state": view.entry.state(),
-                "ready": view.ready.is_set(),
-            }
-        )
+                return _state_response(_run_state(view))
+        return _state_response(_run_state(view))
 
     def row_page(self, request: Request) -> Response:
         viewer = self.viewer
