@@ -10,8 +10,11 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from osmo_run.view.catalog import Catalog
@@ -159,3 +162,76 @@ def test_row_pages_show_artifacts_of_rows_whose_ids_are_not_file_names(tmp_path:
                 link = page.text.split(f'href="/runs/{key}/files/artifacts/')[1].split('"')[0]
                 served = client.get(f"/runs/{key}/files/artifacts/{link}")
                 assert served.status_code == 200 and served.text.startswith("notes of ")
+
+
+_SEGMENTS = [
+    ".env", ".git", "config", "..", ".", "%2e", "%2e%2e", "%2f", "%00", "%5c", "%ED%A0%80",
+    "%FF", "~", "artifacts", "ok-00", "boom", "notes.txt", "env-link.txt", "up", "stray",
+    "outside.txt", "errors", "boom.txt", "results.summary.json", "results.jsonl", "notes.md",
+    "x" * 300,
+]  # fmt: skip
+SERVABLE = {
+    "artifacts/ok-00/notes.txt",
+    "artifacts/ok-00/plot.png",
+    "errors/boom.txt",
+    "results.summary.json",
+    "results.manifest.json",
+}
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    parts=st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=6),
+    separators=st.lists(st.sampled_from(["/", "%2f", "%2F", "//"]), min_size=6, max_size=6),
+)
+def test_no_requested_path_serves_a_file_the_run_did_not_record(
+    client: TestClient, parts: list[str], separators: list[str]
+) -> None:
+    path = "".join(part + separator for part, separator in zip(parts, separators, strict=False))
+    path = path[: -len(separators[len(parts) - 1])]
+    if client not in _BASES:
+        _BASES[client] = files_url(client)
+    base = _BASES[client]
+    response = client.get(base + path)
+    assert response.status_code in (200, 404), path
+    assert SECRET not in response.text, path
+    if response.status_code == 200 and "/files/" in str(response.url):  # ".." went up: a page
+        assert response.content in _servable_contents(client, base), path
+
+
+_BASES: WeakKeyDictionary[TestClient, str] = WeakKeyDictionary()
+_CONTENTS: WeakKeyDictionary[TestClient, set[bytes]] = WeakKeyDictionary()
+
+
+def _servable_contents(client: TestClient, base: str) -> set[bytes]:
+    """What the files the run recorded hold: a 200 answer must be one of them."""
+    if client not in _CONTENTS:
+        _CONTENTS[client] = {client.get(base + path).content for path in SERVABLE}
+    return _CONTENTS[client]
+
+
+def test_a_recorded_safe_name_that_is_a_path_names_no_artifacts(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "artifacts").mkdir(parents=True)
+    (run_dir / "notes.md").write_text(SECRET)
+    (run_dir / ".git").mkdir()
+    (run_dir / ".git" / "config").write_text(SECRET)
+    hostile = []
+    for i, name in enumerate(["..", "../..", ".git", "a/../..", "/etc", ""]):
+        row = records.record(i)
+        row["safe_name"] = name
+        hostile.append(row)
+    results = records.write(run_dir / "results.jsonl", hostile)
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1") as client:
+        key = next(iter(viewer.views))
+        for position in range(len(hostile)):
+            page = client.get(f"/runs/{key}/rows/{position}")
+            assert page.status_code == 200 and 'id="artifacts"' not in page.text
+            assert SECRET not in page.text
+        for path in ("artifacts/../notes.md", "artifacts/%2e%2e/notes.md", "artifacts/.git/config"):
+            assert client.get(f"/runs/{key}/files/{path}").status_code == 404
