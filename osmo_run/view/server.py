@@ -56,6 +56,7 @@ from osmo_run.errors import InputError
 from osmo_run.view.catalog import Catalog, RunEntry
 from osmo_run.view.charts import fmt_seconds
 from osmo_run.view.files import sniff
+from osmo_run.view.index import BadLine
 from osmo_run.view.pages import RunView, compare_runs
 from osmo_run.view.query import QueryError, RowQuery
 from osmo_run.view.render import render
@@ -422,6 +423,19 @@ class _Handlers:
             return FileResponse(target, media_type=kind)
         return FileResponse(target, media_type="application/octet-stream", filename=target.name)
 
+    def _not_comparable(self, a: RunEntry, b: RunEntry) -> str | None:
+        """Why runs ``a`` and ``b`` cannot be compared row by row, or ``None``."""
+        for entry in (a, b):
+            view = self.viewer.views.get(entry.key)
+            bad = _first_bad_record(view) if view is not None else None
+            if bad is not None:
+                return (
+                    f"{entry.name}: line {bad.line} of {entry.paths.results.name} is not a "
+                    f"record ({bad.reason}); a comparison reads every line of both runs: "
+                    "fix or remove that line"
+                )
+        return None
+
     def compare_page(self, request: Request) -> Response:
         viewer = self.viewer
         viewer.rescan()
@@ -445,8 +459,20 @@ class _Handlers:
                 "a row-by-row comparison needs runs of the same dataset"
             )
             return _page("compare.html", 400, **context)
+        problem = self._not_comparable(a, b)
+        if problem is not None:
+            context["problem"] = problem
+            return _page("compare.html", 400, **context)
         context["c"] = compare_runs(a, b, LINKS)
         return _page("compare.html", **context)
+
+
+def _first_bad_record(view: RunView) -> BadLine | None:
+    """The first line of ``view``'s run that is JSON but not a record (``osmo-run report``'s
+    reader, which the comparison uses, would take some of those as records)."""
+    with view.lock:
+        view.refresh()
+        return next((b for b in view.index.bad if not b.reason.startswith("not JSON")), None)
 
 
 def create_app(viewer: Viewer, trusted_hosts: list[str] | None = None) -> Starlette:

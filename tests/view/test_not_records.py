@@ -154,3 +154,23 @@ def test_a_reward_of_nan_or_infinity_is_not_a_record(tmp_path: Path) -> None:
         assert "line 1: not an osmo-run record: reward" in client.get(f"/runs/{key}").text
         state = client.get(f"/runs/{key}/state").json()
         assert (state["count"], state["bad"]) == (0, 2)
+
+
+def test_comparing_runs_holding_lines_that_are_not_records_answers_no_500(
+    tmp_path: Path,
+) -> None:
+    for name, reward in (("a", 1.0), ("b", "high")):
+        broken = {**records.record(1), "reward": reward}
+        records.write(tmp_path / name / "results.jsonl", [records.record(0), broken])
+        manifest = {
+            "run_id": name,
+            "dataset_name": "d",
+            "defining": {"dataset_sha256": "same", "rows": 2},
+            "info": {},
+        }
+        (tmp_path / name / "results.manifest.json").write_text(json.dumps(manifest))
+    _viewer, client = open_client(tmp_path, tmp_path / "cache")
+    with client:
+        page = client.get("/compare?a=a&b=b")
+        assert page.status_code == 400, page.text
+        assert "line 2 of" in page.text and "is not a record" in page.text
