@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,20 @@ _json_values = st.recursive(
     ),
     max_leaves=12,
 )
+_messages = st.lists(
+    st.dictionaries(
+        st.sampled_from(["role", "content", "tool_calls", "tool_call_id", "name", "reasoning"]),
+        _json_values,
+        max_size=4,
+    ),
+    max_size=4,
+)
+_metrics = st.dictionaries(st.text(max_size=6), st.floats(allow_nan=True), max_size=3)
+_backend = st.dictionaries(
+    st.sampled_from(["trial_dir", "error_log", "trial_name", "x"]),
+    st.one_of(st.sampled_from(["", ".", "..", "/", "/etc", "trials/x", "\x00"]), _json_values),
+    max_size=3,
+)
 _FIELDS = [*sorted(records.record(0)), "safe_name", "grader_usage", "warnings"]
 
 
@@ -102,6 +117,12 @@ def hostile_records(draw: st.DrawFn) -> dict[str, Any]:
     """A record with some fields replaced by arbitrary JSON values, or a key dropped, at
     any depth one level down (timings, usage, sample)."""
     record = records.record(draw(st.integers(0, 3)))
+    if draw(st.booleans()):  # a valid record whose free-form parts hold anything
+        record["sample"] = {"messages": draw(_messages), "metrics": draw(_metrics)}
+        record["info"] = draw(st.dictionaries(st.text(max_size=8), _json_values, max_size=3))
+        record["backend"] = draw(_backend)
+        if draw(st.booleans()):
+            return record
     for _ in range(draw(st.integers(1, 4))):
         field = draw(st.sampled_from(_FIELDS))
         action = draw(st.sampled_from(["replace", "drop", "inner"]))
@@ -122,7 +143,7 @@ def _dump(value: dict[str, Any]) -> str:
 
 
 @settings(
-    max_examples=60,
+    max_examples=int(os.environ.get("OSMO_RUN_HYPOTHESIS_EXAMPLES", "60")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

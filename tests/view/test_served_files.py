@@ -235,3 +235,18 @@ def test_a_recorded_safe_name_that_is_a_path_names_no_artifacts(tmp_path: Path) 
             assert SECRET not in page.text
         for path in ("artifacts/../notes.md", "artifacts/%2e%2e/notes.md", "artifacts/.git/config"):
             assert client.get(f"/runs/{key}/files/{path}").status_code == 404
+
+
+@pytest.mark.parametrize("trial_dir", ["\x00", "trials/\x00x", "", ".", "/", "..", "x" * 5000])
+def test_a_recorded_trial_directory_that_is_no_path_shows_the_row(
+    tmp_path: Path, trial_dir: str
+) -> None:
+    row = records.record(0, "failure", "infra_error", "setup")
+    row["backend"] = {"trial_dir": trial_dir}
+    results = records.write(tmp_path / "run" / "results.jsonl", [row])
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    app = create_app(viewer)
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+        key = next(iter(viewer.views))
+        page = client.get(f"/runs/{key}/rows/0")
+        assert page.status_code == 200 and 'id="trial-files"' not in page.text
