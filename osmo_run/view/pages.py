@@ -156,7 +156,7 @@ class RunView:
     def served_file(self, relative: str) -> Path | None:
         """The file ``relative`` names when the viewer serves it (see :mod:`.served`), else
         ``None`` (call with :attr:`lock` held, after :meth:`refresh`)."""
-        self.served.update(self.index)
+        self.served.lookup(self.index, relative)
         return self.served.resolve(relative)
 
     def summary(self) -> RunSummary:
@@ -241,7 +241,7 @@ class RunView:
             problem = f"{where}: {first['msg']} (shown as far as it can be read)"
         sample = record.get("sample") if isinstance(record.get("sample"), dict) else {}
         root = self.entry.paths.directory
-        self.served.update(self.index)
+        self.served.learn(record)
         try:
             name = record_safe_name(record)  # where the runner wrote them: ids are not paths
         except (TypeError, ValueError, OverflowError):

@@ -18,6 +18,8 @@ The names come from the records themselves, read once and then as the file grows
 
 from __future__ import annotations
 
+import mmap
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -36,6 +38,23 @@ def _plain_parts(relative: str) -> tuple[str, ...] | None:
     if not parts or any(part.startswith(".") for part in parts):
         return None
     return parts
+
+
+def _lines_holding(index: RowIndex, needle: bytes) -> Iterator[int]:
+    """Positions of the indexed records whose line holds ``needle`` (at most 100)."""
+    found = 0
+    with (
+        open(index.path, "rb") as handle,
+        mmap.mmap(handle.fileno(), index.indexed_size, access=mmap.ACCESS_READ) as data,
+    ):
+        at = data.find(needle)
+        while at >= 0 and found < 100:
+            position = index.position_of_line(at)
+            if position is not None:
+                found += 1
+                yield position
+                at = index.cols.offset[position] + index.cols.length[position]
+            at = data.find(needle, at + 1)
 
 
 class ServedFiles:
@@ -62,6 +81,30 @@ class ServedFiles:
         for _, record in index.read_many(list(range(self._read, index.count))):
             self._learn(record)
         self._read = index.count
+
+    def learn(self, record: dict[str, Any]) -> None:
+        """Learn the names of one record of the results (the row page's: its own files are
+        served without reading the whole file)."""
+        self._learn(record)
+
+    def lookup(self, index: RowIndex, relative: str) -> None:
+        """Learn enough to answer :meth:`allows` for ``relative``: the records naming its
+        rollout (found by a byte search: a page never parses the whole file for one
+        file), else every record (older files do not spell out hashed safe names)."""
+        parts = _plain_parts(relative)
+        name = None
+        if parts is not None and len(parts) >= 2 and parts[0] in ("artifacts", "errors"):
+            name = parts[1].removesuffix(".txt") if parts[0] == "errors" else parts[1]
+        if name is not None and name not in self.rollouts and index.indexed_size:
+            try:
+                for position in _lines_holding(index, name.encode("utf-8", "surrogatepass")):
+                    self._learn(index.read(position))
+                    if name in self.rollouts:
+                        break
+            except (OSError, ValueError):  # the file changed under us: read it all below
+                pass
+        if not self.allows(relative):
+            self.update(index)
 
     def _learn(self, record: dict[str, Any]) -> None:
         try:
