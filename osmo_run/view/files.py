@@ -35,7 +35,7 @@ def resolve_inside(root: Path, relative: str) -> Path | None:
     try:
         base = root.resolve(strict=True)
         target = (base / relative).resolve(strict=True)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL in a recorded path
         return None
     if not target.is_relative_to(base) or not target.is_file():
         return None
@@ -47,7 +47,7 @@ def relative_inside(root: Path, path: Path) -> str | None:
     try:
         base = root.resolve(strict=True)
         target = path.resolve(strict=True)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL in a recorded path
         return None
     return target.relative_to(base).as_posix() if target.is_relative_to(base) else None
 

@@ -10,7 +10,8 @@ current as the file grows: :meth:`RowIndex.refresh` reads only the bytes appende
 and starts over when the file was replaced or rewritten (``--retry-errors``, a repaired
 torn line). Bytes after the last newline are a row still being written (or torn by a
 crash): they are counted as ``pending`` and read again next time, never indexed half.
-Lines that are not records (garbage, a JSON value of the wrong shape) are kept in
+Lines that are not records (garbage, a JSON value of the wrong shape, a record with any
+field not as :class:`~osmo_run.run.records.OutputRecord` says, strictly) are kept in
 ``bad`` with their line number and reason, never fatal.
 """
 
@@ -27,13 +28,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from osmo_run.run.records import OutputRecord
+
 STATUSES = ("success", "failure", "cancelled")
 PHASES = ("setup", "workflow", "grader")
 _STATUS_CODE = {name: code for code, name in enumerate(STATUSES)}
 _PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 NAN = math.nan
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+"""2: records are validated in every field (1 indexed some that the pages could not show)."""
 _MAGIC = b"osmo-run view index\n"
 _CHUNK = 1 << 22
 _TAIL = 64
@@ -114,6 +120,26 @@ def _decode(raw: bytes) -> Any:
     if end != len(text) and text[end:].strip():
         return json.loads(text)
     return value
+
+
+_VALIDATOR = OutputRecord.__pydantic_validator__
+
+
+def _check_record(record: dict[str, Any]) -> None:
+    """Raise :class:`_NotARecord` naming the first field of ``record`` that is not as
+    :class:`OutputRecord` says (strictly: ``"0.5"`` is not a number), or a reward that is
+    not a finite number: a page shows only records it can read in every field."""
+    try:
+        _VALIDATOR.validate_python(record, strict=True)
+    except ValidationError as exc:
+        problems = exc.errors(include_url=False, include_input=False)
+        first = problems[0]
+        where = ".".join(str(part) for part in first["loc"]) or "record"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise _NotARecord(f"not an osmo-run record: {where}: {first['msg']}{more}") from None
+    reward = record.get("reward")
+    if isinstance(reward, float) and not math.isfinite(reward):
+        raise _NotARecord(f"not an osmo-run record: reward: {reward} is not a finite number")
 
 
 def _number(value: Any) -> float:
@@ -250,6 +276,9 @@ class RowIndex:
             record = _decode(raw)
             if not isinstance(record, dict) or "row_id" not in record:
                 raise _NotARecord("a JSON value, but not an osmo-run record (no row_id)")
+            if record.get("status") not in _STATUS_CODE:
+                raise _NotARecord(f"status {record.get('status')!r} is not one of {STATUSES}")
+            _check_record(record)
             return self._values(record, offset, len(raw))
         except _NotARecord as exc:
             self._bad_line(raw, offset, str(exc))

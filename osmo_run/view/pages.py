@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from osmo_run.run.columns import column_map
 from osmo_run.run.finish import exit_code_for
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.records import OutputRecord, record_safe_name
 from osmo_run.run.report import Comparison, LoadedRun, compare
 from osmo_run.run.summary import RunSummary
 from osmo_run.view import charts
@@ -29,6 +29,7 @@ from osmo_run.view.files import FileEntry, list_files, relative_inside, text_pre
 from osmo_run.view.index import PHASES, STATUSES, BadLine, RowIndex
 from osmo_run.view.labels import DatasetLines, DatasetRowView
 from osmo_run.view.query import QueryCache, RowPage, RowQuery, run_query
+from osmo_run.view.served import ServedFiles
 from osmo_run.view.transcript import Turn, pretty_json, preview, transcript
 
 VERDICTS = {
@@ -128,6 +129,7 @@ class RunView:
         self._derived: Derived | None = None
         self._derived_key: tuple[int, int] = (-1, -1)
         self._dataset: DatasetLines | None = None
+        self.served = ServedFiles(entry.paths)
 
     def refresh(self) -> bool:
         """Bring the index up to date with the file (call with :attr:`lock` held)."""
@@ -150,6 +152,12 @@ class RunView:
                 derived_cache.save(self.index, threshold, samples, found)
             self._derived, self._derived_key = found, key
         return self._derived
+
+    def served_file(self, relative: str) -> Path | None:
+        """The file ``relative`` names when the viewer serves it (see :mod:`.served`), else
+        ``None`` (call with :attr:`lock` held, after :meth:`refresh`)."""
+        self.served.lookup(self.index, relative)
+        return self.served.resolve(relative)
 
     def summary(self) -> RunSummary:
         return self.derived().summary
@@ -233,8 +241,16 @@ class RunView:
             problem = f"{where}: {first['msg']} (shown as far as it can be read)"
         sample = record.get("sample") if isinstance(record.get("sample"), dict) else {}
         root = self.entry.paths.directory
-        rollout = str(record.get("rollout_id") or record.get("row_id") or "")
-        artifacts = list_files(root, self.entry.paths.artifacts / rollout) if rollout else []
+        self.served.learn(record)
+        try:
+            name = record_safe_name(record)  # where the runner wrote them: ids are not paths
+        except (TypeError, ValueError, OverflowError):
+            name = ""
+        artifacts = (
+            self.served.keep(list_files(root, self.entry.paths.artifacts / name))
+            if self.served.allows(f"artifacts/{name}/file")
+            else []
+        )
         backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
         trial_files: list[FileEntry] = []
         trial_note = None
@@ -249,7 +265,7 @@ class RunView:
                     "(or gone): the viewer serves files from inside run directories only"
                 )
             else:
-                trial_files = list_files(root, trial_path)
+                trial_files = self.served.keep(list_files(root, trial_path))
         previews = {}
         for item in [*artifacts, *trial_files][:40]:
             if item.kind == "text":

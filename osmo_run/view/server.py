@@ -10,7 +10,7 @@ Routes, all read-only (GET):
     /runs/{key}/state               rollouts indexed, pending bytes, bad lines, state (polled)
     /runs/{key}/rows/{position}     row page
     /runs/{key}/find?row=&sample=   redirect to a row page by row id (the compare page's links)
-    /runs/{key}/files/{path}        a file inside the run directory (404 for anything else)
+    /runs/{key}/files/{path}        a file the run recorded (see served.py; 404 for anything else)
     /compare?a=KEY&b=KEY            two runs of one dataset compared
     /static/...                     the stylesheet and the page script
 
@@ -55,7 +55,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from osmo_run.errors import InputError
 from osmo_run.view.catalog import Catalog, RunEntry
 from osmo_run.view.charts import fmt_seconds
-from osmo_run.view.files import resolve_inside, sniff
+from osmo_run.view.files import sniff
+from osmo_run.view.index import BadLine
 from osmo_run.view.pages import RunView, compare_runs
 from osmo_run.view.query import QueryError, RowQuery
 from osmo_run.view.render import render
@@ -211,6 +212,33 @@ def _saved_summary(entry: RunEntry) -> _SavedSummary | None:
     return _SavedSummary(data) if isinstance(data, dict) else None
 
 
+def _state_text(state: dict[str, Any]) -> str:
+    """``state`` as the one JSON text both a page (``data-shown-state`` of its live region)
+    and its poll carry: the page script refreshes the live parts while the two differ, so
+    a page catches up however late a poll is answered or a refresh fails."""
+    return json.dumps(state, sort_keys=True, separators=(",", ":"))
+
+
+def _state_response(text: str) -> Response:
+    return Response(text, media_type="application/json")
+
+
+def _run_state(view: RunView) -> str:
+    """What a run page shows that changes as the run is written (call with the run's lock
+    held when its index is ready)."""
+    index = view.index
+    return _state_text(
+        {
+            "count": index.count,
+            "pending": index.pending,
+            "bad": index.bad_count,
+            "generation": index.generation,
+            "state": view.entry.state(),
+            "ready": view.ready.is_set(),
+        }
+    )
+
+
 def _page(template: str, code: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(render(template, **context), status_code=code)
 
@@ -271,15 +299,19 @@ class _Handlers:
             runs=lines,
             roots=[str(r) for r in viewer.catalog.roots],
             any_live=any(line.state == "live" for line in lines),
+            shown_state=self._runs_state(),
         )
 
     def all_state(self, request: Request) -> Response:
-        viewer = self.viewer
-        viewer.rescan()
-        return JSONResponse(
+        self.viewer.rescan()
+        return _state_response(self._runs_state())
+
+    def _runs_state(self) -> str:
+        """What the runs list shows that changes as runs are written (see :func:`_state_text`)."""
+        return _state_text(
             {
                 key: {"count": view.index.count, "state": view.entry.state()}
-                for key, view in list(viewer.views.items())
+                for key, view in list(self.viewer.views.items())
             }
         )
 
@@ -308,6 +340,7 @@ class _Handlers:
             overview = view.overview(LINKS)
             page, lines = view.page(query)
             count = view.index.count
+            shown_state = _run_state(view)
         context: dict[str, Any] = {
             "o": overview,
             "key": view.entry.key,
@@ -318,6 +351,7 @@ class _Handlers:
             "links": LINKS,
             "query_error": query_error,
             "comparable": viewer.catalog.comparable(view.entry),
+            "shown_state": shown_state,
         }
         if request.query_params.get("fragment") == "1":
             return _page("_fragment.html", **context)
@@ -330,17 +364,8 @@ class _Handlers:
         if view.ready.is_set():
             with view.lock:
                 view.refresh()
-        index = view.index
-        return JSONResponse(
-            {
-                "count": index.count,
-                "pending": index.pending,
-                "bad": index.bad_count,
-                "generation": index.generation,
-                "state": view.entry.state(),
-                "ready": view.ready.is_set(),
-            }
-        )
+                return _state_response(_run_state(view))
+        return _state_response(_run_state(view))
 
     def row_page(self, request: Request) -> Response:
         viewer = self.viewer
@@ -382,9 +407,11 @@ class _Handlers:
         view = self.get_view(request)
         if view is None:
             return _not_found("no such file")
-        target = resolve_inside(view.entry.paths.directory, request.path_params["path"])
-        if target is None or target == view.entry.paths.results.resolve():
-            return _not_found("no such file in this run directory")
+        with view.lock:
+            view.refresh()
+            target = view.served_file(request.path_params["path"])
+        if target is None:
+            return _not_found("no such file among the files of this run")
         try:
             with open(target, "rb") as handle:
                 kind = sniff(handle.read(512))
@@ -395,6 +422,19 @@ class _Handlers:
         if kind.startswith("image/"):
             return FileResponse(target, media_type=kind)
         return FileResponse(target, media_type="application/octet-stream", filename=target.name)
+
+    def _not_comparable(self, a: RunEntry, b: RunEntry) -> str | None:
+        """Why runs ``a`` and ``b`` cannot be compared row by row, or ``None``."""
+        for entry in (a, b):
+            view = self.viewer.views.get(entry.key)
+            bad = _first_bad_record(view) if view is not None else None
+            if bad is not None:
+                return (
+                    f"{entry.name}: line {bad.line} of {entry.paths.results.name} is not a "
+                    f"record ({bad.reason}); a comparison reads every line of both runs: "
+                    "fix or remove that line"
+                )
+        return None
 
     def compare_page(self, request: Request) -> Response:
         viewer = self.viewer
@@ -419,8 +459,20 @@ class _Handlers:
                 "a row-by-row comparison needs runs of the same dataset"
             )
             return _page("compare.html", 400, **context)
+        problem = self._not_comparable(a, b)
+        if problem is not None:
+            context["problem"] = problem
+            return _page("compare.html", 400, **context)
         context["c"] = compare_runs(a, b, LINKS)
         return _page("compare.html", **context)
+
+
+def _first_bad_record(view: RunView) -> BadLine | None:
+    """The first line of ``view``'s run that is JSON but not a record (``osmo-run report``'s
+    reader, which the comparison uses, would take some of those as records)."""
+    with view.lock:
+        view.refresh()
+        return next((b for b in view.index.bad if not b.reason.startswith("not JSON")), None)
 
 
 def create_app(viewer: Viewer, trusted_hosts: list[str] | None = None) -> Starlette:

@@ -6,21 +6,22 @@
 (function () {
   const POLL_MS = 1500;
 
-  // --- live updates (server pages): poll a small JSON state; when it changes, fetch the
-  // page's live parts again (server-rendered, escaped) and swap them in.
+  // --- live updates (server pages): poll a small JSON state; while it differs from the
+  // state the live parts were rendered at (data-shown-state), fetch those parts again
+  // (server-rendered, escaped) and swap them in. Comparing with what the page shows, not
+  // with the previous poll, lets a page catch up after a late answer or a failed refresh.
   function startPolling(main) {
     const stateUrl = main.dataset.stateUrl;
-    let last = null;
     async function tick() {
       try {
         const response = await fetch(stateUrl, { cache: "no-store" });
-        if (response.ok) {
-          const state = JSON.stringify(await response.json());
-          if (last !== null && state !== last) await refreshParts();
-          last = state;
+        const region = document.getElementById("live-region");
+        if (response.ok && region) {
+          const state = await response.text();
+          if (state !== region.dataset.shownState) await refreshParts();
         }
       } catch (err) {
-        // the server stopped: keep the page as it is, try again later
+        // the server stopped or a refresh failed: keep the page as it is, try again later
       }
       setTimeout(tick, POLL_MS);
     }
