@@ -7,8 +7,8 @@ CSV) or one record batch of a row group (Parquet) in memory at a time:
   counted out), its row for CSV and Parquet (1 = the first row after a CSV's header);
 * ``payload`` is the row's JSON text (JSONL: decoded only for the rows selected), its
   columns as a dict (CSV: strings; Parquet: Python values, nested columns as dicts and
-  lists, dates, times, timestamps, durations and decimals as strings, so every row is
-  JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
+  lists, dates, times, timestamps, durations, decimals and UUIDs as strings, so every row
+  is JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
 
 A file that cannot be read as a whole (not Parquet, no CSV header) raises
 :class:`~osmo_run.errors.DatasetError` naming it. The format comes from the file's
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -87,12 +88,10 @@ def columns(path: Path, fmt: DatasetFormat) -> list[str] | None:
         return None
     with _reading(path, fmt):
         if fmt == "parquet":
-            return list(_parquet_file(path).schema_arrow.names)
+            return _parquet_names(path, _parquet_file(path))
         lines = _csv_text(path)
         try:
             return _csv_header(path, csv.reader(lines, strict=True))
-        except csv.Error as exc:
-            raise DatasetError(f"{path}:1: the header is not valid CSV ({exc})") from None
         finally:
             lines.close()
 
@@ -156,7 +155,13 @@ def _csv_text(path: Path) -> Generator[str, None, None]:
 
 
 def _csv_header(path: Path, reader: Any) -> list[str]:
-    header = next(reader, None)
+    """The names the first line of ``reader`` gives the columns. Raises
+    :class:`DatasetError` for a header that is not valid CSV, names a column twice or
+    leaves one unnamed."""
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise DatasetError(f"{path}:1: the header is not valid CSV ({_csv_advice(exc)})") from None
     if header is None:
         raise DatasetError(f"{path}: the dataset has no rows (not even a header line)")
     names = [name.strip() for name in header]
@@ -167,6 +172,17 @@ def _csv_header(path: Path, reader: Any) -> list[str]:
     if twice:
         raise DatasetError(f"{path}:1: header names column {twice[0]!r} twice; rename one")
     return names
+
+
+def _csv_advice(exc: csv.Error) -> str:
+    """The csv module's complaint, said for the person who must fix the file."""
+    if "new-line character seen in unquoted field" in str(exc):
+        return (
+            "a carriage return inside an unquoted field; if the file's line ends are lone "
+            "carriage returns (old Mac style), save it with LF or CRLF line ends, else quote "
+            "the field"
+        )
+    return str(exc)
 
 
 def check_csv_header(path: Path, names: list[str]) -> None:
@@ -194,7 +210,8 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, Payload]]:
             return
         except csv.Error as exc:
             raise DatasetError(
-                f"{path}:row {number} (line {reader.line_num}): not valid CSV ({exc}); "
+                f"{path}:row {number} (line {reader.line_num}): not valid CSV "
+                f"({_csv_advice(exc)}); "
                 "nothing after it can be read reliably: fix the quoting"
             ) from None
         if not cells:
@@ -252,6 +269,19 @@ def _parquet_file(path: Path) -> Any:
         ) from None
 
 
+def _parquet_names(path: Path, parquet: Any) -> list[str]:
+    """The top-level column names of ``parquet``. Raises :class:`DatasetError` for a name
+    given twice: a row holds one value per name, so the other column would be dropped
+    silently (a CSV header naming a column twice is refused the same way)."""
+    names: list[str] = list(parquet.schema_arrow.names)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise DatasetError(f"{path}: the schema names column {name!r} twice; rename one")
+        seen.add(name)
+    return names
+
+
 _PARQUET_KINDS = {
     "id": ("text or integers", ("string", "integer")),
     "prompt": ("text or a list of messages", ("string", "list")),
@@ -274,6 +304,8 @@ def _family(arrow_type: Any) -> str:
         or t.is_null(arrow_type)
     ):
         return "string"  # a column of nulls: every row is checked on its own
+    if _is_uuid(arrow_type):
+        return "string"  # read as its text (_uuids_as_text)
     if t.is_integer(arrow_type):
         return "integer"
     if (
@@ -310,9 +342,49 @@ def _as_text(arrow_type: Any) -> Any:
     return arrow_type
 
 
-def _has_binary(arrow_type: Any) -> bool:
+def _is_uuid(arrow_type: Any) -> bool:
+    """Whether ``arrow_type`` is Arrow's ``uuid`` extension (16 bytes a value, which
+    pyarrow hands out as :class:`uuid.UUID`)."""
+    import pyarrow as pa
+
+    return isinstance(arrow_type, pa.BaseExtensionType) and arrow_type.extension_name == (
+        "arrow.uuid"
+    )
+
+
+def _holds_uuid(arrow_type: Any) -> bool:
+    """Whether ``arrow_type`` is or holds (in lists, structs, maps) a ``uuid`` column."""
     import pyarrow.types as t
 
+    if _is_uuid(arrow_type):
+        return True
+    if t.is_dictionary(arrow_type):
+        return _holds_uuid(arrow_type.value_type)
+    return any(_holds_uuid(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+
+
+def _uuids_as_text(value: Any) -> Any:
+    """``value`` (a cell as pyarrow gives it) with every :class:`uuid.UUID` in it as its
+    canonical text (``12345678-1234-…``): a UUID is not JSON."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list):
+        return [_uuids_as_text(item) for item in value]
+    if isinstance(value, tuple):  # a map's (key, value) pairs
+        return tuple(_uuids_as_text(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _uuids_as_text(item) for key, item in value.items()}
+    return value
+
+
+def _has_binary(arrow_type: Any) -> bool:
+    import pyarrow as pa
+    import pyarrow.types as t
+
+    if _is_uuid(arrow_type):
+        return False  # read as text (_uuids_as_text)
+    if isinstance(arrow_type, pa.BaseExtensionType):  # its values are its storage's
+        return _has_binary(arrow_type.storage_type)
     if t.is_dictionary(arrow_type):
         return _has_binary(arrow_type.value_type)
     if (
@@ -353,8 +425,10 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
     import pyarrow as pa
 
     parquet = _parquet_file(path)
+    _parquet_names(path, parquet)
     schema = parquet.schema_arrow
     text = pa.schema([field.with_type(_as_text(field.type)) for field in schema])
+    uuid_columns = [field.name for field in schema if _holds_uuid(field.type)]
     number = 0
     try:
         # one thread: no per-thread arenas, ~15 MiB less at 1M rows; the run is the work
@@ -363,6 +437,8 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
                 batch = batch.cast(text)  # vectorised, one batch at a time
             for row in batch.to_pylist():
                 number += 1
+                for name in uuid_columns:  # Arrow casts no uuid to text: Python does
+                    row[name] = _uuids_as_text(row[name])
                 yield number, row
     except (pa.ArrowException, OSError) as exc:
         raise DatasetError(
