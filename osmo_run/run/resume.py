@@ -199,6 +199,12 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         raise InputError(_bad_line_message(plan.paths.results, bad[0]))
     state.rerun = rewrite_without(plan.paths, drop)
     state.done, state.only = done, only
+    unfinished = plan.rollouts - state.kept - state.rerun
+    if only is not None and unfinished > 0:
+        state.note = (
+            f"--retry-errors: {unfinished} rollouts never finished and do not run now (add "
+            "--resume to run them); the gates count them as failures"
+        )
     if tripped_on is not None:
         state.note = (
             f"--resume: the breaker stopped this run on {tripped_on.partition(':')[0]}; the "

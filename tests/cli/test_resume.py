@@ -503,7 +503,7 @@ def test_resume_and_retry_errors_together_run_the_missing_and_the_failed_rows(
     assert [r["row_id"] for r in read_jsonl(tmp_path / "out.attempts.jsonl")] == ["q0"]
 
 
-def test_retry_errors_alone_does_not_run_rows_that_never_finished(
+def test_retry_errors_alone_does_not_run_rows_that_never_finished_and_says_so(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
@@ -516,11 +516,61 @@ def test_retry_errors_alone_does_not_run_rows_that_never_finished(
     assert cli.local(*args).returncode == 1
     _crash_after(output, 2)
     proc = cli.local(*args, "--retry-errors")
-    assert proc.returncode == 0, proc.stderr
+    # the two rows that never finished are not run, and a run missing rows does not pass
+    assert proc.returncode == 1, proc.stderr
     assert "1 rows (1 kept from before)" in proc.stdout
+    assert NOT_RUN.format(n=2) in proc.stdout
     assert sorted(r["row_id"] for r in read_jsonl(output)) == ["q0", "q1"]
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert (summary["total"], summary["not_run"]) == (2, 2)
     report = cli("report", output)
     assert "partial run: 2 of 4 rollouts recorded" in report.stdout
+
+
+NOT_RUN = (
+    "{n} rollouts not run: --retry-errors reruns only failed rollouts, and these never "
+    "finished; add --resume to run them. The gates count them as failures."
+)
+
+
+def test_retry_errors_after_the_breaker_tripped_is_judged_on_every_row(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """The breaker stops a run of 20 rows after 3; --retry-errors then reruns the 3 (now
+    passing) and must not pass the gates on those 3 alone."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    rows = _quick_rows(calls, 20)
+    for row in rows[:3]:  # the endpoint is down for the first three, then comes back
+        row["metadata"].update(fail_first=1, fail_with="APIConnectionError")
+    data = write_jsonl(rows)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:CountingWorkflow\nbreaker: 3\nretries:\n  max_attempts: 1\n"
+    )
+    output = tmp_path / "run" / "results.jsonl"
+    args = (data, "--spec", spec, *GRADED, "-c", "1", "-o", output)
+    first = cli.local(*args)
+    assert first.returncode == 5, first.stdout + first.stderr
+    assert len(read_jsonl(output)) == 3
+
+    gates = ("--fail-under", "0.9", "--min-pass-rate", "0.9", "--json")
+    proc = cli.local(*args, "--retry-errors", *gates)
+    verdict = json.loads(proc.stdout)
+    assert (proc.returncode, verdict["exit_code"], verdict["passed"]) == (1, 1, False)
+    assert (verdict["summary"]["total"], verdict["summary"]["not_run"]) == (3, 17)
+    assert {f["gate"] for f in verdict["gate_failures"]} == {
+        "--fail-under (mean reward, failures as 0)",
+        "--min-pass-rate",
+    }
+    assert NOT_RUN.format(n=17) in proc.stderr  # --json: the display goes to stderr
+    assert "partial run: 3 of 20" in cli("report", output.parent).stdout
+
+    # --resume then runs the 17, and the run passes on all 20
+    proc = cli.local(*args, "--resume", *gates)
+    verdict = json.loads(proc.stdout)
+    assert (proc.returncode, verdict["passed"]) == (0, True), proc.stderr
+    assert (verdict["summary"]["total"], verdict["summary"]["not_run"]) == (20, 0)
 
 
 def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
