@@ -223,3 +223,20 @@ def test_an_extension_column_stored_as_bytes_is_refused_like_a_binary_one(
     (line,) = error_lines(proc.stderr)
     assert line.startswith(f"error: {path}: column 'blob' is ") and "to strings" in line
     assert not output.exists()
+
+
+def test_a_csv_header_of_many_columns_is_checked_in_one_pass(cli: CLI, tmp_path: Path) -> None:
+    """The duplicate-name check once counted each name in the whole header: 200,000
+    columns took hours. The ceiling is generous; the fixed check takes well under a
+    second of it."""
+    names = ["prompt", *(f"c{i}" for i in range(200_000))]
+    path = tmp_path / "wide.csv"
+    path.write_text(",".join(names) + "\n" + ",".join(["a"] * len(names)) + "\n")
+    proc = cli.subprocess("validate", _spec(tmp_path), path, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"ok: dataset {path}: 1 rows" in proc.stdout
+    twice = tmp_path / "twice.csv"
+    twice.write_text(",".join([*names, "c7"]) + "\n")
+    proc = cli.subprocess("validate", _spec(tmp_path), twice, timeout=120)
+    assert proc.returncode == 2
+    assert f"problem: {twice}:1: header names column 'c7' twice; rename one" in proc.stderr
