@@ -653,3 +653,61 @@ def test_overwrite_removes_the_old_runs_artifacts_and_nothing_else(
     assert sorted(p.name for p in artifacts.iterdir()) == ["a", "unrelated"]
     assert sorted(p.name for p in (artifacts / "a").iterdir()) == ["note.txt"]
     assert (artifacts / "unrelated" / "keep.txt").is_file()
+
+
+@pytest.mark.parametrize("field", ["row_index", "sample_index"])
+@pytest.mark.parametrize("value", [10**12, -1, "7", None, 1.5])
+def test_a_record_placed_outside_the_run_is_refused_not_obeyed(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, field: str, value: object
+) -> None:
+    """A hand-edited results line once made --resume allocate a bit per row up to its
+    row_index (10**12: a 125 GB bytearray), or stop with an internal error."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls, 3))
+    output = tmp_path / "out.jsonl"
+    args = (data, *GRADED, "-c", "1", "-o", output)
+    assert cli.local(*args).returncode == 0
+    records = read_jsonl(output)
+    records[1][field] = value
+    output.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = output.read_bytes()
+    for flag in ("--resume", "--retry-errors"):
+        proc = cli.local(*args, flag)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        (line,) = error_lines(proc.stderr)
+        assert line.startswith(f"error: {output}: the record of row 'q1' has {field} ")
+        assert output.read_bytes() == before
+
+
+def test_a_record_given_twice_is_refused_not_counted_twice(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls, 3))
+    output = tmp_path / "out.jsonl"
+    args = (data, *GRADED, "-c", "1", "-o", output)
+    assert cli.local(*args).returncode == 0
+    lines = output.read_text().splitlines(keepends=True)
+    output.write_text("".join([*lines, lines[1]]))
+    proc = cli.local(*args, "--resume")
+    assert proc.returncode == 2, proc.stdout
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith(f"error: {output}: row 'q1' (row_index 1, sample 0) is recorded twice")
+
+
+def test_a_shard_resumes_with_row_indexes_past_its_own_row_count(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls, 6))
+    output = tmp_path / "out.jsonl"
+    args = (data, *GRADED, "-c", "1", "-o", output, "--shard", "2/2")
+    assert cli.local(*args).returncode == 0
+    _crash_after(output, 2)
+    proc = cli.local(*args, "--resume")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(r["row_index"] for r in read_jsonl(output)) == [1, 3, 5]
+    assert call_counts(calls) == {"q1": 1, "q3": 1, "q5": 2}  # q5 ran again, alone
