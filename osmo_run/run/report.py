@@ -79,7 +79,7 @@ def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
     builder = runs[0].builder()
     count = 0
     expected: int | None = 0
-    holder: dict[tuple[str, int], int] = {}  # (row id, sample) -> the run holding it
+    holder: dict[tuple[str, str], int] = {}  # (row id, sample) -> the run holding it
     for index, run in enumerate(runs):
         run.bad_lines.clear()
         for record in iter_records(run.paths.results, run.bad_lines):
@@ -93,11 +93,12 @@ def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
 
 
 def _check_not_in_another(
-    runs: list[LoadedRun], holder: dict[tuple[str, int], int], index: int, record: dict[str, Any]
+    runs: list[LoadedRun], holder: dict[tuple[str, str], int], index: int, record: dict[str, Any]
 ) -> None:
     """Remember that ``runs[index]`` holds ``record``'s rollout; raise :class:`InputError`
-    when another run holds it already."""
-    key = (str(record.get("row_id")), int(record.get("sample_index") or 0))
+    when another run holds it already. (Keys as text: a hand-edited ``sample_index`` is
+    compared, not converted.)"""
+    key = (str(record.get("row_id")), str(record.get("sample_index", 0)))
     other = holder.setdefault(key, index)
     if other != index:
         raise InputError(
