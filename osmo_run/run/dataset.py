@@ -197,8 +197,9 @@ class Dataset:
         Raises :class:`DatasetError` for an empty dataset, duplicate ids, two ids of one
         safe name (:func:`~osmo_run.sdk.names.safe_name`), and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
-        Ids are checked over every row a whole run would select, also for a shard or a
-        subset: two shards must never each run a row of one id. A shard that selects no row
+        Ids, and with ``stop_on_error`` bad rows, are checked over every row a whole run
+        would select, also for a shard or a subset: every shard refuses what the whole run
+        refuses (two shards must never each run a row of one id). A shard that selects no row
         of a dataset that has rows is ``(0, [])``: in an array job of more shards than
         rows, the extra jobs succeed with nothing to do.
 
@@ -209,16 +210,13 @@ class Dataset:
         self.check_columns()
         count = 0
         problems: list[str] = []
-        whole = self._selects_part()  # ids over the whole selection: a second, id-only pass
+        whole = self._selects_part()  # ids (and bad rows) over the whole selection: a pass more
         table = _IdTable(row_count_bound(self.path, self.format))
         for row in self.rows():
             count += 1
             if row.error is not None:
                 if stop_on_error:
-                    raise DatasetError(
-                        f"{row.error}\n(nothing was run; fix the line, or pass --bad-rows record "
-                        "to record bad rows as validation errors and run the rest)"
-                    )
+                    raise _stops_the_run(row.error)
                 problems.append(row.error)
             if not whole:
                 table.add(row)
@@ -229,6 +227,8 @@ class Dataset:
             raise DatasetError(f"{self.path}: the dataset has no rows")
         if whole:
             for row in self.rows(whole_selection=True):
+                if row.error is not None and stop_on_error:  # another shard's: the run stops
+                    raise _stops_the_run(row.error)
                 table.add(row)
         self._check_ids(table)
         return count, problems
@@ -370,6 +370,14 @@ def _names_a_line(name: str, unit: str, lines: set[int]) -> bool:
         return len(name) < 20 and int(name) in lines
     match = re.fullmatch(rf"{unit}-(\d{{1,19}})(?:-\d{{1,19}})?", name)
     return match is not None and int(match.group(1)) in lines
+
+
+def _stops_the_run(error: str) -> DatasetError:
+    """The error of a bad row that stops the run (``--bad-rows stop``)."""
+    return DatasetError(
+        f"{error}\n(nothing was run; fix the line, or pass --bad-rows record to record bad "
+        "rows as validation errors and run the rest)"
+    )
 
 
 def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
