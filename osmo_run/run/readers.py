@@ -243,6 +243,8 @@ def _csv_row(names: list[str], cells: list[str]) -> Payload:
                 return RowError(f"'{name}' in a CSV cell is {exc}")
             except json.JSONDecodeError:
                 return RowError(f"'{name}' in a CSV cell must be a JSON list of messages")
+            except RecursionError:
+                return RowError(f"'{name}' in a CSV cell is JSON nested too deeply")
     return row
 
 

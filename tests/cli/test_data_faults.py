@@ -262,3 +262,22 @@ def test_every_shard_stops_on_a_bad_row_anywhere_in_the_file_as_the_whole_run_do
         assert proc.returncode == (0 if k == 1 else 1), proc.stderr
     statuses = sorted((r["line"], r["status"]) for o in outputs for r in read_jsonl(o))
     assert statuses == [(1, "success"), (2, "failure"), (3, "success"), (4, "success")]
+
+
+def test_a_csv_messages_cell_nested_too_deeply_is_a_bad_row(cli: CLI, tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    good = '"[{""role"": ""user"", ""content"": ""hi""}]"'
+    path = tmp_path / "d.csv"
+    path.write_text(f'id,messages\nq1,"{deep}"\nq2,{good}\n')
+    proc = cli("validate", _spec(tmp_path), path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "internal error" not in proc.stderr
+    assert f"problem: {path}:row 1: 'messages' in a CSV cell is JSON nested too deeply" in (
+        proc.stderr
+    )
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(path, *RUN, "--bad-rows", "record", "-o", output)
+    assert proc.returncode == 1, proc.stderr
+    records = {r["line"]: r for r in read_jsonl(output)}
+    assert records[1]["error_category"] == "validation_error"
+    assert (records[2]["row_id"], records[2]["status"]) == ("q2", "success")
