@@ -211,7 +211,9 @@ class Dataset:
         count = 0
         problems: list[str] = []
         whole = self._selects_part()  # ids (and bad rows) over the whole selection: a pass more
-        table = _IdTable(row_count_bound(self.path, self.format))
+        # the bound sizes the id tables; a Parquet footer may claim any count (10**12 rows
+        # once asked for terabytes), so past a million rows the tables grow as rows arrive
+        table = _IdTable(min(row_count_bound(self.path, self.format), _ID_TABLE_ROWS))
         for row in self.rows():
             count += 1
             if row.error is not None:
@@ -316,6 +318,9 @@ class Dataset:
         number, unless a real row has that id (then the name :meth:`validate` chose)."""
         return self._bad_row_ids.get(number, str(number))
 
+
+_ID_TABLE_ROWS = 1 << 20
+"""The most rows the id tables are sized for up front (about 6 MB); more grow them."""
 
 _IdKind = Literal["explicit", "line", "bad"]
 """How a row got its id: its ``id`` column (a bad row's own valid id too), its line number

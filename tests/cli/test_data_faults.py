@@ -281,3 +281,32 @@ def test_a_csv_messages_cell_nested_too_deeply_is_a_bad_row(cli: CLI, tmp_path: 
     records = {r["line"]: r for r in read_jsonl(output)}
     assert records[1]["error_category"] == "validation_error"
     assert (records[2]["row_id"], records[2]["status"]) == ("q2", "success")
+
+
+def _claiming_rows(path: Path, claimed: int) -> None:
+    """A one-row Parquet file whose footer claims ``claimed`` rows (thrift compact: field
+    3, ``num_rows``, an i64 as a zigzag varint right after its header byte 0x16)."""
+    pq.write_table(pa.table({"id": ["q1"], "prompt": ["a"]}), path)
+    data = path.read_bytes()
+    size = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - size : -8]
+    varint, value = b"", claimed << 1
+    while value >= 0x80:
+        varint, value = varint + bytes([value & 0x7F | 0x80]), value >> 7
+    varint += bytes([value])
+    at = footer.index(b"\x16\x02")  # num_rows = 1
+    lied = footer[:at] + b"\x16" + varint + footer[at + 2 :]
+    path.write_bytes(data[: -8 - size] + lied + len(lied).to_bytes(4, "little") + b"PAR1")
+    assert pq.ParquetFile(path).metadata.num_rows == claimed
+
+
+def test_a_parquet_footer_claiming_a_trillion_rows_costs_no_memory(
+    cli: CLI, tmp_path: Path
+) -> None:
+    path = tmp_path / "d.parquet"
+    _claiming_rows(path, 10**12)
+    output = tmp_path / "out.jsonl"
+    proc = cli.local(path, *RUN, "-o", output)
+    assert "MemoryError" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert [r["row_id"] for r in read_jsonl(output)] == ["q1"]
