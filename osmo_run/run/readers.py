@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from osmo_run.errors import BackendUnavailable, DatasetError
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads
+from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads, shown
 
 DatasetFormat = Literal["jsonl", "csv", "parquet"]
 FORMATS: tuple[DatasetFormat, ...] = ("jsonl", "csv", "parquet")
@@ -171,7 +171,7 @@ def _csv_header(path: Path, reader: Any) -> list[str]:
     seen: set[str] = set()
     for name in names:  # a set, not names.count: a header of 100,000 columns is read at once
         if name in seen:
-            raise DatasetError(f"{path}:1: header names column {name!r} twice; rename one")
+            raise DatasetError(f"{path}:1: header names column {shown(name)} twice; rename one")
         seen.add(name)
     return names
 
@@ -192,7 +192,7 @@ def check_csv_header(path: Path, names: list[str]) -> None:
     which is checked by name instead): most likely the file has no header and its first
     row would be read as one."""
     if not KNOWN_COLUMNS & set(names):
-        got = ", ".join(repr(name) for name in names[:6])
+        got = ", ".join(shown(name) for name in names[:6])
         raise DatasetError(
             f"{path}:1: the first line should be a header naming the columns, but it names "
             f"none that osmo-run reads ({', '.join(sorted(KNOWN_COLUMNS))}); it has {got}: "
@@ -233,7 +233,7 @@ def _csv_row(names: list[str], cells: list[str]) -> Payload:
         try:
             cell.encode("utf-8")
         except UnicodeEncodeError:
-            return RowError(f"column {name!r} is not valid UTF-8; re-encode the file as UTF-8")
+            return RowError(f"column {shown(name)} is not valid UTF-8; re-encode the file as UTF-8")
         row[name] = cell
     for name in _JSON_CSV_COLUMNS & row.keys():
         if row[name].strip():
@@ -281,7 +281,7 @@ def _parquet_names(path: Path, parquet: Any) -> list[str]:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise DatasetError(f"{path}: the schema names column {name!r} twice; rename one")
+            raise DatasetError(f"{path}: the schema names column {shown(name)} twice; rename one")
         seen.add(name)
     return names
 
@@ -409,7 +409,7 @@ def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
     for field in schema:
         if _has_binary(field.type):
             raise DatasetError(
-                f"{path}: column {field.name!r} is {field.type} in the Parquet schema: bytes "
+                f"{path}: column {shown(field.name)} is {field.type} in the Parquet schema: bytes "
                 "cannot be sent to a workflow; convert the column to strings (base64 or "
                 "decoded text), or drop it"
             )
@@ -420,7 +420,7 @@ def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
         arrow_type = schema.field(column).type
         if _family(arrow_type) not in families:
             raise DatasetError(
-                f"{path}: column {column!r} is {arrow_type} in the Parquet schema, but the "
+                f"{path}: column {shown(column)} is {arrow_type} in the Parquet schema, but the "
                 f"{role} must be {what}: convert the column, or map another one"
             )
 

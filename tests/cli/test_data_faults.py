@@ -310,3 +310,18 @@ def test_a_parquet_footer_claiming_a_trillion_rows_costs_no_memory(
     assert "MemoryError" not in proc.stderr
     assert proc.returncode == 0, proc.stderr
     assert [r["row_id"] for r in read_jsonl(output)] == ["q1"]
+
+
+def test_a_huge_header_name_is_cut_in_the_one_error_line(cli: CLI, tmp_path: Path) -> None:
+    name = "n" * 5_000_000  # a header cell of 5 MB that names no column osmo-run reads
+    path = tmp_path / "d.csv"
+    path.write_text(f"{name},{name}\na,b\n")
+    proc = cli.local(path, *RUN, "-o", tmp_path / "out.jsonl")
+    assert proc.returncode == 2
+    (line,) = error_lines(proc.stderr)
+    assert "header names column 'nnn" in line and len(line) < 500
+    path.write_text(f"{name},other\na,b\n")
+    proc = cli.local(path, *RUN, "-o", tmp_path / "out.jsonl")
+    assert proc.returncode == 2
+    (line,) = error_lines(proc.stderr)
+    assert "it has 'nnn" in line and len(line) < 1000
