@@ -525,6 +525,7 @@ def test_retry_errors_alone_does_not_run_rows_that_never_finished_and_says_so(
     assert (summary["total"], summary["not_run"]) == (2, 2)
     report = cli("report", output)
     assert "partial run: 2 of 4 rollouts recorded" in report.stdout
+    assert report.returncode == 1, "the rollouts missing count as failed, as in the run"
 
 
 NOT_RUN = (
@@ -564,7 +565,9 @@ def test_retry_errors_after_the_breaker_tripped_is_judged_on_every_row(
         "--min-pass-rate",
     }
     assert NOT_RUN.format(n=17) in proc.stderr  # --json: the display goes to stderr
-    assert "partial run: 3 of 20" in cli("report", output.parent).stdout
+    report = cli("report", output.parent)
+    assert "partial run: 3 of 20" in report.stdout
+    assert report.returncode == 1, "the report's verdict is the run's"
 
     # --resume then runs the 17, and the run passes on all 20
     proc = cli.local(*args, "--resume", *gates)
