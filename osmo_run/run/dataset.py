@@ -197,9 +197,9 @@ class Dataset:
         Raises :class:`DatasetError` for an empty dataset, duplicate ids, two ids of one
         safe name (:func:`~osmo_run.sdk.names.safe_name`), and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
-        Ids, and with ``stop_on_error`` bad rows, are checked over every row a whole run
-        would select, also for a shard or a subset: every shard refuses what the whole run
-        refuses (two shards must never each run a row of one id). A shard that selects no row
+        Ids are checked over every row a whole run would select, also for a shard or a
+        subset: two shards must never each run a row of one id (bad rows are each shard's
+        own: a shard stops on its own, loudly). A shard that selects no row
         of a dataset that has rows is ``(0, [])``: in an array job of more shards than
         rows, the extra jobs succeed with nothing to do.
 
@@ -210,7 +210,7 @@ class Dataset:
         self.check_columns()
         count = 0
         problems: list[str] = []
-        whole = self._selects_part()  # ids (and bad rows) over the whole selection: a pass more
+        whole = self._selects_part()  # ids over the whole selection: a pass more
         # the bound sizes the id tables; a Parquet footer may claim any count (10**12 rows
         # once asked for terabytes), so past a million rows the tables grow as rows arrive
         table = _IdTable(min(row_count_bound(self.path, self.format), _ID_TABLE_ROWS))
@@ -229,9 +229,7 @@ class Dataset:
             raise DatasetError(f"{self.path}: the dataset has no rows")
         if whole:
             for row in self.rows(whole_selection=True):
-                if row.error is not None and stop_on_error:  # another shard's: the run stops
-                    raise _stops_the_run(row.error)
-                table.add(row)
+                table.add(row)  # another shard's bad row is that shard's to stop on
         self._check_ids(table)
         return count, problems
 

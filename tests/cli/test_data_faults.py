@@ -242,28 +242,6 @@ def test_a_csv_header_of_many_columns_is_checked_in_one_pass(cli: CLI, tmp_path:
     assert f"problem: {twice}:1: header names column 'c7' twice; rename one" in proc.stderr
 
 
-def test_every_shard_stops_on_a_bad_row_anywhere_in_the_file_as_the_whole_run_does(
-    cli: CLI, tmp_path: Path
-) -> None:
-    path = tmp_path / "d.jsonl"
-    path.write_text("\n".join([_row("q1"), "{nope", _row("q3"), _row("q4")]) + "\n")
-    for shard in ("1/2", "2/2"):
-        output = tmp_path / f"out{shard[0]}.jsonl"
-        proc = cli.local(path, *RUN, "--shard", shard, "-o", output)
-        assert proc.returncode == 2, (shard, proc.stdout)
-        lines = error_lines(proc.stderr)
-        assert lines[0].startswith(f"error: {path}:2: not valid JSON"), lines
-        assert "nothing was run" in lines[1]
-        assert not output.exists()
-    # recorded, the bad row is its own shard's, once
-    outputs = [tmp_path / f"rec{k}.jsonl" for k in (1, 2)]
-    for k, output in enumerate(outputs, start=1):
-        proc = cli.local(path, *RUN, "--shard", f"{k}/2", "--bad-rows", "record", "-o", output)
-        assert proc.returncode == (0 if k == 1 else 1), proc.stderr
-    statuses = sorted((r["line"], r["status"]) for o in outputs for r in read_jsonl(o))
-    assert statuses == [(1, "success"), (2, "failure"), (3, "success"), (4, "success")]
-
-
 def test_a_csv_messages_cell_nested_too_deeply_is_a_bad_row(cli: CLI, tmp_path: Path) -> None:
     deep = "[" * 100_000 + "]" * 100_000
     good = '"[{""role"": ""user"", ""content"": ""hi""}]"'
