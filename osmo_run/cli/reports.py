@@ -39,6 +39,8 @@ def report(
         missing = check_shards(loaded) if all(shards) else []  # one shard: the others
         summary, count, expected = summarize(loaded)
         out.print(render_report(summary, count, expected, missing, loaded))
+        if expected is not None and count < expected:  # judged on every row, as the run is
+            summary.not_run = expected - count
         raise typer.Exit(int(exit_code_for(summary)))
     if len(loaded) != 2:
         raise InputError("report takes one run, two runs to compare, or the shards of one run")

@@ -109,9 +109,9 @@ def markdown_summary(
         lines.append(f"- {markdown_text(trip.line())}")
     if summary.not_run:
         stopper = "fail-fast" if trip is None else "the breaker"
+        why = f"{stopper} stopped the run" if summary.stopped_early else "--retry-errors alone"
         lines.append(
-            f"- {summary.not_run} rollouts not run ({stopper} stopped the run); the gates "
-            "count them as failures"
+            f"- {summary.not_run} rollouts not run ({why}); the gates count them as failures"
         )
     if failures or trip is not None or summary.not_run:
         lines.append("")

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import count as count_from
 from pathlib import Path
+from typing import Literal
 
 from osmo_run.errors import DatasetError
 from osmo_run.run.columns import ColumnMap
@@ -48,7 +51,7 @@ class DatasetRow:
     request: ExecutionRequest | None
     error: str | None = None
     explicit_id: bool = False
-    """The row's ``id`` column named it (otherwise its line number did)."""
+    """The row's ``id`` column named it, a bad row's too (otherwise its line number did)."""
 
 
 class Dataset:
@@ -93,6 +96,8 @@ class Dataset:
         ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
         self._unit = "line" if self.format == "jsonl" else "row"
         self._total: int | None = None
+        self._bad_row_ids: dict[int, str] = {}
+        """Bad rows (by line) whose line number a real row has as its id: their names."""
 
     def where(self, number: int) -> str:
         """The position of the row at ``number`` for messages (``file:line``, ``file:row N``)."""
@@ -173,11 +178,18 @@ class Dataset:
                     else "JSON nested too deeply"
                 )
                 yield DatasetRow(
-                    index, number, str(number), None, f"{self.where(number)}: {reason}"
+                    index, number, self._line_id(number), None, f"{self.where(number)}: {reason}"
                 )
             except _RowError as exc:
-                row_id = _bad_row_id(obj, number)
-                yield DatasetRow(index, number, row_id, None, f"{self.where(number)}: {exc}")
+                own = _own_id(obj)
+                yield DatasetRow(
+                    index,
+                    number,
+                    self._line_id(number) if own is None else own,
+                    None,
+                    f"{self.where(number)}: {exc}",
+                    explicit_id=own is not None,
+                )
 
     def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
         """Read every selected row once; return ``(row_count, problems)``.
@@ -185,59 +197,40 @@ class Dataset:
         Raises :class:`DatasetError` for an empty dataset, duplicate ids, two ids of one
         safe name (:func:`~osmo_run.sdk.names.safe_name`), and, when
         ``stop_on_error``, for the first bad row. Problems of recorded bad rows are returned.
-        A shard that selects no row of a dataset that has rows is ``(0, [])``: in an array
-        job of more shards than rows, the extra jobs succeed with nothing to do.
+        Ids are checked over every row a whole run would select, also for a shard or a
+        subset: two shards must never each run a row of one id (bad rows are each shard's
+        own: a shard stops on its own, loudly). A shard that selects no row
+        of a dataset that has rows is ``(0, [])``: in an array job of more shards than
+        rows, the extra jobs succeed with nothing to do.
+
+        Afterwards a recorded bad row whose id would be its line number while a row of the
+        file has that id is named by :meth:`rows` ``line-N`` (``row-N`` for CSV and
+        Parquet; ``line-N-2``, … when that is taken too): no bad row takes a real one's id.
         """
         self.check_columns()
         count = 0
         problems: list[str] = []
-        # Hashes of safe names, not ids: ~6 bytes a row instead of ~130 for a dict of ids; the
-        # same id has the same name, so this finds both kinds of clash. A name the table may
-        # have seen is a suspect, confirmed (with its lines) in a second pass.
-        expected = 0
-        seen_ids: SeenHashes | None = None
-        numeric_ids: SeenHashes | None = None
-        line_named = False
-        suspects: set[str] = set()
-        bad_lines: set[int] = set()  # recorded bad rows: no id of theirs counts
+        whole = self._selects_part()  # ids over the whole selection: a pass more
+        # the bound sizes the id tables; a Parquet footer may claim any count (10**12 rows
+        # once asked for terabytes), so past a million rows the tables grow as rows arrive
+        table = _IdTable(min(row_count_bound(self.path, self.format), _ID_TABLE_ROWS))
         for row in self.rows():
             count += 1
             if row.error is not None:
                 if stop_on_error:
-                    raise DatasetError(
-                        f"{row.error}\n(nothing was run; fix the line, or pass --bad-rows record "
-                        "to record bad rows as validation errors and run the rest)"
-                    )
+                    raise _stops_the_run(row.error)
                 problems.append(row.error)
-                bad_lines.add(row.line)
-                continue
-            if not row.explicit_id:
-                line_named = True
-                continue  # a line-number id is unique; remembering it would cost memory per row
-            if seen_ids is None:
-                expected = row_count_bound(self.path, self.format)
-                seen_ids = SeenHashes(expected)
-            name = safe_name(row.row_id)
-            if seen_ids.add(hash(name)):
-                suspects.add(name)
-            if name.isascii() and name.isdigit():  # the name is the id: like a line number's
-                numeric_ids = numeric_ids or SeenHashes(expected)
-                numeric_ids.add(int(name))
+            if not whole:
+                table.add(row)
         self._check_ranges()
-        if count == 0:
-            if not self._selects_part() or next(self.rows(whole_selection=True), None) is None:
-                raise DatasetError(f"{self.path}: the dataset has no rows")
-            return 0, problems  # a shard (or subset) with nothing in it: a run of no rows
-        if line_named and numeric_ids is not None:
-            # An explicit numeric id may equal another row's line number (its implicit id):
-            # a second pass that only datasets mixing both kinds of id pay for.
-            suspects.update(
-                str(line)  # a line number is its own safe name
-                for _, line, row_id, explicit in self._ids(bad_lines)
-                if not explicit and line in numeric_ids
-            )
-        if suspects:
-            self._raise_first_duplicate(suspects, bad_lines)
+        if count == 0 and (
+            not self._selects_part() or next(self.rows(whole_selection=True), None) is None
+        ):
+            raise DatasetError(f"{self.path}: the dataset has no rows")
+        if whole:
+            for row in self.rows(whole_selection=True):
+                table.add(row)  # another shard's bad row is that shard's to stop on
+        self._check_ids(table)
         return count, problems
 
     def check_columns(self) -> None:
@@ -256,20 +249,11 @@ class Dataset:
         if self.format == "parquet":
             check_parquet_types(self.path, self.columns.role_columns())
 
-    def _ids(self, bad_lines: set[int]) -> Iterator[tuple[int, int, str, bool]]:
-        """``(index, line, id, explicit)`` of each selected row but ``bad_lines``, reading no
-        more than its id (the confirming pass of the duplicate check)."""
-        for index, number, payload in self._selected_lines():
-            if number in bad_lines:
-                continue
-            try:
-                obj = self.columns.apply(_decoded(payload))
-                if not isinstance(obj, dict):
-                    continue
-                explicit = "id" in obj
-                yield index, number, check_id(obj["id"]) if explicit else str(number), explicit
-            except (ValueError, RecursionError):  # a bad row: already reported
-                continue
+    def _id_rows(self) -> Iterator[tuple[int, str, _IdKind]]:
+        """``(line, id, kind)`` of every row a whole run selects (the confirming passes of
+        the id check; see :class:`_IdTable`)."""
+        for row in self.rows(whole_selection=True):
+            yield row.line, row.row_id, _kind(row)
 
     def _selects_part(self) -> bool:
         """Whether a shard or a subset leaves rows of the file out."""
@@ -288,17 +272,115 @@ class Dataset:
                 f"the file has {total} rows ({where}; rows are counted from 0)"
             )
 
-    def _raise_first_duplicate(self, suspects: set[str], bad_lines: set[int]) -> None:
+    def _check_ids(self, table: _IdTable) -> None:
+        """Raise :class:`DatasetError` for the first id (or safe name) two rows share; name
+        the bad rows whose line number a real row has as its id (see :meth:`validate`).
+        Rows are read again only to confirm what ``table`` suspects."""
+        suspects = set(table.suspects)
+        numeric = table.numeric
+        if table.line_named and numeric is not None:
+            # An explicit numeric id may equal another row's line number (its implicit id):
+            # a pass that only datasets mixing both kinds of id pay for.
+            suspects.update(
+                str(line)  # a line number is its own safe name
+                for line, _, kind in self._id_rows()
+                if kind == "line" and line in numeric
+            )
+        clashing = {line for line in table.bad_lines if numeric is not None and line in numeric}
+        if not suspects and not clashing:
+            return
         first: dict[str, tuple[str, int]] = {}
-        for _, line, row_id, _ in self._ids(bad_lines):
+        taken: set[str] = set()  # real ids a bad row's name might have taken
+        for line, row_id, kind in self._id_rows():
+            if kind == "bad":
+                continue
             name = safe_name(row_id)
             if name in suspects:
                 if name in first:
                     raise self._duplicate(row_id, line, *first[name])
                 first[name] = (row_id, line)
+            if kind == "explicit" and clashing and _names_a_line(name, self._unit, clashing):
+                taken.add(name)
+        for line in sorted(clashing):
+            if str(line) in taken:
+                candidates = (
+                    f"{self._unit}-{line}" + ("" if k == 1 else f"-{k}") for k in count_from(1)
+                )
+                self._bad_row_ids[line] = next(c for c in candidates if c not in taken)
 
     def _duplicate(self, row_id: str, again: int, first_id: str, first: int) -> DatasetError:
         return DatasetError(id_clash(self.where(again), row_id, first_id, f"{self._unit} {first}"))
+
+    def _line_id(self, number: int) -> str:
+        """The id of the bad row at ``number`` that has no valid id of its own: its line
+        number, unless a real row has that id (then the name :meth:`validate` chose)."""
+        return self._bad_row_ids.get(number, str(number))
+
+
+_ID_TABLE_ROWS = 1 << 20
+"""The most rows the id tables are sized for up front (about 6 MB); more grow them."""
+
+_IdKind = Literal["explicit", "line", "bad"]
+"""How a row got its id: its ``id`` column (a bad row's own valid id too), its line number
+(a good row without an ``id``), or its line number as a bad row without a valid id (which
+gives way to a real row of that id)."""
+
+
+def _kind(row: DatasetRow) -> _IdKind:
+    if row.explicit_id:
+        return "explicit"
+    return "line" if row.error is None else "bad"
+
+
+@dataclass
+class _IdTable:
+    """What one pass over the rows learns about their ids, in memory independent of the
+    ids' length: a hash table of explicit ids' safe names (``suspects``: names it may have
+    seen twice), one of the numeric ones (which a line number may equal), and the lines of
+    bad rows named by their line number."""
+
+    expected: int
+    seen: SeenHashes | None = None
+    numeric: SeenHashes | None = None
+    line_named: bool = False
+    suspects: set[str] = field(default_factory=set)
+    bad_lines: set[int] = field(default_factory=set)
+
+    def add(self, row: DatasetRow) -> None:
+        kind = _kind(row)
+        if kind == "line":
+            self.line_named = True  # a line-number id is unique; remembering it costs memory
+            return
+        if kind == "bad":
+            self.bad_lines.add(row.line)
+            return
+        # Hashes of safe names, not ids: ~6 bytes a row instead of ~130 for a dict of ids;
+        # the same id has the same name, so this finds both kinds of clash.
+        if self.seen is None:
+            self.seen = SeenHashes(self.expected)
+        name = safe_name(row.row_id)
+        if self.seen.add(hash(name)):
+            self.suspects.add(name)
+        if name.isascii() and name.isdigit():  # the name is the id: like a line number's
+            self.numeric = self.numeric or SeenHashes(self.expected)
+            self.numeric.add(int(name))
+
+
+def _names_a_line(name: str, unit: str, lines: set[int]) -> bool:
+    """Whether ``name`` is one a bad row at one of ``lines`` may be given: the line's
+    number, ``<unit>-<line>`` or ``<unit>-<line>-<k>``."""
+    if name.isascii() and name.isdigit():
+        return len(name) < 20 and int(name) in lines
+    match = re.fullmatch(rf"{unit}-(\d{{1,19}})(?:-\d{{1,19}})?", name)
+    return match is not None and int(match.group(1)) in lines
+
+
+def _stops_the_run(error: str) -> DatasetError:
+    """The error of a bad row that stops the run (``--bad-rows stop``)."""
+    return DatasetError(
+        f"{error}\n(nothing was run; fix the line, or pass --bad-rows record to record bad "
+        "rows as validation errors and run the rest)"
+    )
 
 
 def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
@@ -312,15 +394,15 @@ def id_clash(at: str, row_id: str, first_id: str, first: str) -> str:
     )
 
 
-def _bad_row_id(obj: object, number: int) -> str:
-    """The id a bad row is recorded under: its own when that id is valid, else its line
-    number (``"id": null`` is not the row ``"None"``, nor ``""`` a name)."""
+def _own_id(obj: object) -> str | None:
+    """A bad row's own id when it has a valid one; ``None`` when it is recorded under its
+    line number (``"id": null`` is not the row ``"None"``, nor ``""`` a name)."""
     if isinstance(obj, dict) and "id" in obj:
         try:
             return check_id(obj["id"])
         except ValueError:  # RowError, or an integer too long to print
             pass
-    return str(number)
+    return None
 
 
 def _decoded(payload: Payload) -> object:

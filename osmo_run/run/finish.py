@@ -42,6 +42,15 @@ def exit_code_for(summary: RunSummary, failures: list[GateFailure] | None = None
     return ExitCode.ROLLOUTS_FAILED
 
 
+def not_run_line(count: int) -> str:
+    """What a run continued with ``--retry-errors`` alone says of the ``count`` rollouts it
+    did not run because they never finished (and no ``--resume`` asked for them)."""
+    return (
+        f"{count} rollouts not run: --retry-errors reruns only failed rollouts, and these "
+        "never finished; add --resume to run them. The gates count them as failures."
+    )
+
+
 def write_summary(paths: RunPaths, summary: RunSummary) -> None:
     """Save ``summary`` as the run's summary JSON, atomically."""
     tmp = paths.summary.with_name(paths.summary.name + ".tmp")
@@ -79,6 +88,8 @@ def finish_run(plan: RunPlan, summary: RunSummary, console: Console, title: str)
     console.print(render_summary(summary))
     for failure in failures if settings.gates.given else []:
         console.print(failure.line(), style="red", markup=False, soft_wrap=True)
+    if summary.not_run and not summary.stopped_early:  # --retry-errors alone left them
+        console.print(not_run_line(summary.not_run), style="red", markup=False, soft_wrap=True)
     if summary.breaker is not None:
         unit = "rows" if plan.samples == 1 else "rollouts"
         line = one_line(summary.breaker.line(unit))

@@ -7,8 +7,8 @@ CSV) or one record batch of a row group (Parquet) in memory at a time:
   counted out), its row for CSV and Parquet (1 = the first row after a CSV's header);
 * ``payload`` is the row's JSON text (JSONL: decoded only for the rows selected), its
   columns as a dict (CSV: strings; Parquet: Python values, nested columns as dicts and
-  lists, dates, times, timestamps, durations and decimals as strings, so every row is
-  JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
+  lists, dates, times, timestamps, durations, decimals and UUIDs as strings, so every row
+  is JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
 
 A file that cannot be read as a whole (not Parquet, no CSV header) raises
 :class:`~osmo_run.errors.DatasetError` naming it. The format comes from the file's
@@ -21,12 +21,13 @@ import contextlib
 import csv
 import json
 import stat
+import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from osmo_run.errors import BackendUnavailable, DatasetError
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads
+from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads, shown
 
 DatasetFormat = Literal["jsonl", "csv", "parquet"]
 FORMATS: tuple[DatasetFormat, ...] = ("jsonl", "csv", "parquet")
@@ -98,12 +99,10 @@ def columns(path: Path, fmt: DatasetFormat) -> list[str] | None:
         return None
     with _reading(path, fmt):
         if fmt == "parquet":
-            return list(_parquet_file(path).schema_arrow.names)
+            return _parquet_names(path, _parquet_file(path))
         lines = _csv_text(path)
         try:
             return _csv_header(path, csv.reader(lines, strict=True))
-        except csv.Error as exc:
-            raise DatasetError(f"{path}:1: the header is not valid CSV ({exc})") from None
         finally:
             lines.close()
 
@@ -167,17 +166,36 @@ def _csv_text(path: Path) -> Generator[str, None, None]:
 
 
 def _csv_header(path: Path, reader: Any) -> list[str]:
-    header = next(reader, None)
+    """The names the first line of ``reader`` gives the columns. Raises
+    :class:`DatasetError` for a header that is not valid CSV, names a column twice or
+    leaves one unnamed."""
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:
+        raise DatasetError(f"{path}:1: the header is not valid CSV ({_csv_advice(exc)})") from None
     if header is None:
         raise DatasetError(f"{path}: the dataset has no rows (not even a header line)")
     names = [name.strip() for name in header]
     blank = [i + 1 for i, name in enumerate(names) if not name]
     if blank:
         raise DatasetError(f"{path}:1: header column {blank[0]} has no name; name every column")
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise DatasetError(f"{path}:1: header names column {twice[0]!r} twice; rename one")
+    seen: set[str] = set()
+    for name in names:  # a set, not names.count: a header of 100,000 columns is read at once
+        if name in seen:
+            raise DatasetError(f"{path}:1: header names column {shown(name)} twice; rename one")
+        seen.add(name)
     return names
+
+
+def _csv_advice(exc: csv.Error) -> str:
+    """The csv module's complaint, said for the person who must fix the file."""
+    if "new-line character seen in unquoted field" in str(exc):
+        return (
+            "a carriage return inside an unquoted field; if the file's line ends are lone "
+            "carriage returns (old Mac style), save it with LF or CRLF line ends, else quote "
+            "the field"
+        )
+    return str(exc)
 
 
 def check_csv_header(path: Path, names: list[str]) -> None:
@@ -185,7 +203,7 @@ def check_csv_header(path: Path, names: list[str]) -> None:
     which is checked by name instead): most likely the file has no header and its first
     row would be read as one."""
     if not KNOWN_COLUMNS & set(names):
-        got = ", ".join(repr(name) for name in names[:6])
+        got = ", ".join(shown(name) for name in names[:6])
         raise DatasetError(
             f"{path}:1: the first line should be a header naming the columns, but it names "
             f"none that osmo-run reads ({', '.join(sorted(KNOWN_COLUMNS))}); it has {got}: "
@@ -205,7 +223,8 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, Payload]]:
             return
         except csv.Error as exc:
             raise DatasetError(
-                f"{path}:row {number} (line {reader.line_num}): not valid CSV ({exc}); "
+                f"{path}:row {number} (line {reader.line_num}): not valid CSV "
+                f"({_csv_advice(exc)}); "
                 "nothing after it can be read reliably: fix the quoting"
             ) from None
         if not cells:
@@ -225,7 +244,7 @@ def _csv_row(names: list[str], cells: list[str]) -> Payload:
         try:
             cell.encode("utf-8")
         except UnicodeEncodeError:
-            return RowError(f"column {name!r} is not valid UTF-8; re-encode the file as UTF-8")
+            return RowError(f"column {shown(name)} is not valid UTF-8; re-encode the file as UTF-8")
         row[name] = cell
     for name in _JSON_CSV_COLUMNS & row.keys():
         if row[name].strip():
@@ -235,6 +254,8 @@ def _csv_row(names: list[str], cells: list[str]) -> Payload:
                 return RowError(f"'{name}' in a CSV cell is {exc}")
             except json.JSONDecodeError:
                 return RowError(f"'{name}' in a CSV cell must be a JSON list of messages")
+            except RecursionError:
+                return RowError(f"'{name}' in a CSV cell is JSON nested too deeply")
     return row
 
 
@@ -263,6 +284,19 @@ def _parquet_file(path: Path) -> Any:
         ) from None
 
 
+def _parquet_names(path: Path, parquet: Any) -> list[str]:
+    """The top-level column names of ``parquet``. Raises :class:`DatasetError` for a name
+    given twice: a row holds one value per name, so the other column would be dropped
+    silently (a CSV header naming a column twice is refused the same way)."""
+    names: list[str] = list(parquet.schema_arrow.names)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise DatasetError(f"{path}: the schema names column {shown(name)} twice; rename one")
+        seen.add(name)
+    return names
+
+
 _PARQUET_KINDS = {
     "id": ("text or integers", ("string", "integer")),
     "prompt": ("text or a list of messages", ("string", "list")),
@@ -285,6 +319,8 @@ def _family(arrow_type: Any) -> str:
         or t.is_null(arrow_type)
     ):
         return "string"  # a column of nulls: every row is checked on its own
+    if _is_uuid(arrow_type):
+        return "string"  # read as its text (_uuids_as_text)
     if t.is_integer(arrow_type):
         return "integer"
     if (
@@ -321,9 +357,49 @@ def _as_text(arrow_type: Any) -> Any:
     return arrow_type
 
 
-def _has_binary(arrow_type: Any) -> bool:
+def _is_uuid(arrow_type: Any) -> bool:
+    """Whether ``arrow_type`` is Arrow's ``uuid`` extension (16 bytes a value, which
+    pyarrow hands out as :class:`uuid.UUID`)."""
+    import pyarrow as pa
+
+    return isinstance(arrow_type, pa.BaseExtensionType) and arrow_type.extension_name == (
+        "arrow.uuid"
+    )
+
+
+def _holds_uuid(arrow_type: Any) -> bool:
+    """Whether ``arrow_type`` is or holds (in lists, structs, maps) a ``uuid`` column."""
     import pyarrow.types as t
 
+    if _is_uuid(arrow_type):
+        return True
+    if t.is_dictionary(arrow_type):
+        return _holds_uuid(arrow_type.value_type)
+    return any(_holds_uuid(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+
+
+def _uuids_as_text(value: Any) -> Any:
+    """``value`` (a cell as pyarrow gives it) with every :class:`uuid.UUID` in it as its
+    canonical text (``12345678-1234-…``): a UUID is not JSON."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list):
+        return [_uuids_as_text(item) for item in value]
+    if isinstance(value, tuple):  # a map's (key, value) pairs
+        return tuple(_uuids_as_text(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _uuids_as_text(item) for key, item in value.items()}
+    return value
+
+
+def _has_binary(arrow_type: Any) -> bool:
+    import pyarrow as pa
+    import pyarrow.types as t
+
+    if _is_uuid(arrow_type):
+        return False  # read as text (_uuids_as_text)
+    if isinstance(arrow_type, pa.BaseExtensionType):  # its values are its storage's
+        return _has_binary(arrow_type.storage_type)
     if t.is_dictionary(arrow_type):
         return _has_binary(arrow_type.value_type)
     if (
@@ -344,7 +420,7 @@ def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
     for field in schema:
         if _has_binary(field.type):
             raise DatasetError(
-                f"{path}: column {field.name!r} is {field.type} in the Parquet schema: bytes "
+                f"{path}: column {shown(field.name)} is {field.type} in the Parquet schema: bytes "
                 "cannot be sent to a workflow; convert the column to strings (base64 or "
                 "decoded text), or drop it"
             )
@@ -355,7 +431,7 @@ def check_parquet_types(path: Path, roles: dict[str, str]) -> None:
         arrow_type = schema.field(column).type
         if _family(arrow_type) not in families:
             raise DatasetError(
-                f"{path}: column {column!r} is {arrow_type} in the Parquet schema, but the "
+                f"{path}: column {shown(column)} is {arrow_type} in the Parquet schema, but the "
                 f"{role} must be {what}: convert the column, or map another one"
             )
 
@@ -364,8 +440,10 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
     import pyarrow as pa
 
     parquet = _parquet_file(path)
+    _parquet_names(path, parquet)
     schema = parquet.schema_arrow
     text = pa.schema([field.with_type(_as_text(field.type)) for field in schema])
+    uuid_columns = [field.name for field in schema if _holds_uuid(field.type)]
     number = 0
     try:
         # one thread: no per-thread arenas, ~15 MiB less at 1M rows; the run is the work
@@ -374,6 +452,8 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Payload]]:
                 batch = batch.cast(text)  # vectorised, one batch at a time
             for row in batch.to_pylist():
                 number += 1
+                for name in uuid_columns:  # Arrow casts no uuid to text: Python does
+                    row[name] = _uuids_as_text(row[name])
                 yield number, row
     except (pa.ArrowException, OSError) as exc:
         raise DatasetError(

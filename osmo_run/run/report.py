@@ -17,6 +17,7 @@ from rich.text import Text
 
 from osmo_run.errors import InputError
 from osmo_run.run.manifest import Manifest, read_manifest
+from osmo_run.run.rows import shown
 from osmo_run.run.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
 from osmo_run.run.spec import parse_shard
 from osmo_run.run.summary import RunSummary, SummaryBuilder
@@ -69,18 +70,42 @@ class LoadedRun:
 
 def summarize(runs: list[LoadedRun]) -> tuple[RunSummary, int, int | None]:
     """The summary of ``runs`` taken together (shards of one run), the number of records
-    read, and the number expected (``None`` when a manifest is missing)."""
+    read, and the number expected (``None`` when a manifest is missing).
+
+    Raises :class:`InputError` when two of ``runs`` hold a rollout of one row id: shards
+    of a file with duplicate ids (each shard once checked only its own rows), whose merge
+    would count two rows as one.
+    """
     builder = runs[0].builder()
     count = 0
     expected: int | None = 0
-    for run in runs:
+    holder: dict[tuple[str, str], int] = {}  # (row id, sample) -> the run holding it
+    for index, run in enumerate(runs):
         run.bad_lines.clear()
         for record in iter_records(run.paths.results, run.bad_lines):
+            if len(runs) > 1:
+                _check_not_in_another(runs, holder, index, record)
             builder.add_record(record)
             count += 1
         expected = None if expected is None or run.expected is None else expected + run.expected
     summary = builder.build(output=", ".join(str(run.paths.results) for run in runs))
     return summary, count, expected
+
+
+def _check_not_in_another(
+    runs: list[LoadedRun], holder: dict[tuple[str, str], int], index: int, record: dict[str, Any]
+) -> None:
+    """Remember that ``runs[index]`` holds ``record``'s rollout; raise :class:`InputError`
+    when another run holds it already. (Keys as text: a hand-edited ``sample_index`` is
+    compared, not converted.)"""
+    key = (str(record.get("row_id")), str(record.get("sample_index", 0)))
+    other = holder.setdefault(key, index)
+    if other != index:
+        raise InputError(
+            f"{runs[other].paths.results} and {runs[index].paths.results} both hold row "
+            f"{shown(key[0])}: they are not shards of one run of unique ids; give the "
+            "dataset's rows unique ids and run the shards again"
+        )
 
 
 def check_shards(runs: list[LoadedRun]) -> list[str]:

@@ -26,6 +26,7 @@ from osmo_run.run.manifest import Manifest, read_manifest
 from osmo_run.run.output import check_writable
 from osmo_run.run.plan import RunPlan
 from osmo_run.run.records import attempts_before_rerun, record_safe_name
+from osmo_run.run.rows import shown
 from osmo_run.run.runfiles import (
     BadLine,
     RunPaths,
@@ -175,10 +176,20 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
     only = bytearray() if not plan.settings.resume else None
     bad: list[BadLine] = []
+    rows = plan.dataset.total_rows()  # a row_index is the row's place in the whole file
+    placed = bytearray()  # every position a record holds: a second record of one is refused
     for record in iter_records(plan.paths.results, bad):
         status = record.get("status")
-        sample = int(record.get("sample_index", 0))
-        position = int(record.get("row_index", 0)) * samples + sample
+        row_index = _index(plan.paths.results, record, "row_index", rows)
+        sample = _index(plan.paths.results, record, "sample_index", samples, default=0)
+        position = row_index * samples + sample
+        if _bit(placed, position):
+            raise InputError(
+                f"{plan.paths.results}: row {shown(record.get('row_id'))} (row_index "
+                f"{row_index}, sample {sample}) is recorded twice; remove one of the lines, or "
+                "pass --overwrite to start over"
+            )
+        _set_bit(placed, position)
         rerun = status == "cancelled" or (
             categories is not None
             and status == "failure"
@@ -199,6 +210,12 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         raise InputError(_bad_line_message(plan.paths.results, bad[0]))
     state.rerun = rewrite_without(plan.paths, drop)
     state.done, state.only = done, only
+    unfinished = plan.rollouts - state.kept - state.rerun
+    if only is not None and unfinished > 0:
+        state.note = (
+            f"--retry-errors: {unfinished} rollouts never finished and do not run now (add "
+            "--resume to run them); the gates count them as failures"
+        )
     if tripped_on is not None:
         state.note = (
             f"--resume: the breaker stopped this run on {tripped_on.partition(':')[0]}; the "
@@ -206,6 +223,26 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
             "not started"
         )
     return state
+
+
+_ABSENT = object()
+
+
+def _index(
+    results: Path, record: dict[str, Any], key: str, bound: int, default: object = _ABSENT
+) -> int:
+    """``record[key]`` (absent: ``default``), an integer from 0 to ``bound - 1``. Raises
+    :class:`InputError` for anything else: a hand-edited line must not place a record
+    outside the run (and a bitmap of its rows must not grow to its ``row_index``)."""
+    value = record.get(key, default)
+    if type(value) is int and 0 <= value < bound:
+        return value
+    shown_value = "nothing" if value is _ABSENT else shown(value)
+    raise InputError(
+        f"{results}: the record of row {shown(record.get('row_id'))} has {key} {shown_value}, "
+        f"not one of this run's (0 to {bound - 1}); remove the line (its rollout then runs "
+        "again) or pass --overwrite to start over"
+    )
 
 
 def _breaker_cause(plan: RunPlan) -> str | None:

@@ -56,8 +56,11 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         if settings.json_summary:
             started.enter_context(contextlib.redirect_stdout(sys.stderr))
         summary = _run_rows(plan, state, backend, display)
-    if summary.stopped_early:  # what fail-fast or the breaker left unstarted counts as failed
-        summary.not_run = max(state.kept + state.to_run(plan.rollouts) - summary.total, 0)
+    if summary.stopped_early or (state.only is not None and not summary.interrupted):
+        # What fail-fast or the breaker left unstarted, and the rollouts --retry-errors alone
+        # does not run (they never finished), count as failed: the gates judge every rollout
+        # the run is made of, not the ones this invocation happened to record.
+        summary.not_run = max(plan.rollouts - summary.total, 0)
         if summary.breaker is not None:
             summary.breaker.not_started = summary.not_run
     title = settings.description + plan.model_note

@@ -11,6 +11,7 @@ from __future__ import annotations
 import keyword
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +36,17 @@ class Project:
 
 
 def package_name(directory: Path) -> str:
-    """The Python package a project in ``directory`` gets: its name lowercased, each run of
-    other characters than letters, digits and ``_`` made one ``_``.
+    """The Python package a project in ``directory`` gets: its name in NFKC form (as Python
+    reads identifiers) lowercased, each run of characters an identifier cannot hold made
+    one ``_``; letters of any script stay (``ünïcode`` is its own package).
 
     Raises :class:`ScaffoldError` when that is no identifier (starts with a digit, is empty)
     or would shadow a module the project imports (``osmo_run``, the standard library's).
     """
     raw = directory.resolve().name
-    package = re.sub(r"[^a-z0-9_]+", "_", raw.lower()).strip("_")
+    name = unicodedata.normalize("NFKC", raw).lower()
+    kept = "".join(c if ("a" + c).isidentifier() else "_" for c in name)
+    package = re.sub(r"_{2,}", "_", kept).strip("_")
     if not package.isidentifier() or keyword.iskeyword(package):
         raise ScaffoldError(
             f"{directory}: {raw!r} makes no Python package name; "
@@ -63,15 +67,21 @@ def create_project(directory: Path) -> Project:
     Raises :class:`ScaffoldError`, before writing anything, when ``directory`` is a file or
     a non-empty directory, or its name makes no package name (:func:`package_name`).
     """
-    if directory.exists() and not directory.is_dir():
-        raise ScaffoldError(f"{directory}: exists and is a file; choose a new directory name")
-    if directory.is_dir() and any(directory.iterdir()):
+    _check_name_length(directory)
+    try:
+        if directory.exists() and not directory.is_dir():
+            raise ScaffoldError(f"{directory}: exists and is a file; choose a new directory name")
+        if directory.is_dir() and any(directory.iterdir()):
+            raise ScaffoldError(
+                f"{directory}: exists and is not empty; choose a new name or empty it first"
+            )
+    except OSError as exc:
         raise ScaffoldError(
-            f"{directory}: exists and is not empty; choose a new name or empty it first"
-        )
+            f"{directory}: cannot be used ({exc.strerror or exc}); choose another directory"
+        ) from None
     package = package_name(directory)
     raw = directory.resolve().name
-    name = raw if _DISTRIBUTION_NAME.fullmatch(raw) else package.replace("_", "-")
+    name = raw if _DISTRIBUTION_NAME.fullmatch(raw) else _distribution_name(package)
     values = {"package": package, "name": name, "osmo_run_version": __version__}
     written: list[Path] = []
     for source in sorted(p for p in TEMPLATE.rglob("*") if p.is_file()):
@@ -92,6 +102,29 @@ def create_project(directory: Path) -> Project:
             ) from None
         written.append(relative)
     return Project(directory, name, package, tuple(written))
+
+
+_NAME_MAX_BYTES = 255
+"""The longest file name (in UTF-8 bytes) Linux, macOS and Windows file systems take."""
+
+
+def _check_name_length(directory: Path) -> None:
+    """Raise :class:`ScaffoldError` when a part of ``directory`` is a longer name than a
+    file system takes (the package directory is as long as the project's)."""
+    for part in directory.parts:
+        size = len(part.encode("utf-8", "surrogateescape"))
+        if size > _NAME_MAX_BYTES:
+            raise ScaffoldError(
+                f"{directory}: a name of {size} bytes is longer than file systems take "
+                f"({_NAME_MAX_BYTES}); choose a shorter name"
+            )
+
+
+def _distribution_name(package: str) -> str:
+    """A distribution name (ASCII, PEP 508) for ``package``: its letters without their
+    accents, runs of anything else made ``-``; ``project`` when nothing is left."""
+    ascii_name = unicodedata.normalize("NFKD", package).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()).strip("-") or "project"
 
 
 def _target_path(relative: Path, package: str) -> Path:

@@ -96,3 +96,31 @@ def test_init_under_a_file_is_one_line_not_an_internal_error(cli: CLI, tmp_path:
     (line,) = error_lines(proc.stderr)
     assert line.startswith("error: plain-file/demo: cannot write ")
     assert line.endswith("choose a directory you can write to")
+
+
+def test_init_with_a_name_too_long_for_the_file_system_is_one_line(
+    cli: CLI, tmp_path: Path
+) -> None:
+    name = "a" * 300
+    proc = cli("init", name)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith(f"error: {name}: ") and "choose a shorter name" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("name", "package"), [("ünïcode", "ünïcode"), ("Ärger-2", "ärger_2")])
+def test_init_keeps_a_unicode_name_that_is_an_identifier(
+    cli: CLI, tmp_path: Path, name: str, package: str
+) -> None:
+    proc = cli("init", name)
+    assert proc.returncode == 0, proc.stderr
+    assert f"(package {package})" in proc.stdout
+    project = tmp_path / name
+    assert (project / package / "rollout.py").is_file()
+    assert f"workflow: {package}.rollout:AdderWorkflow" in (project / "spec.yaml").read_text()
+    pyproject = (project / "pyproject.toml").read_text()
+    (line,) = [line for line in pyproject.splitlines() if line.startswith("name = ")]
+    assert line.isascii(), "a distribution name is ASCII (PEP 508)"
+    run = CLI(project)("local", "data/rows.jsonl", "--spec", "spec.yaml")
+    assert run.returncode == 0, run.stdout + run.stderr

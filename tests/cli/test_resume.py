@@ -503,7 +503,7 @@ def test_resume_and_retry_errors_together_run_the_missing_and_the_failed_rows(
     assert [r["row_id"] for r in read_jsonl(tmp_path / "out.attempts.jsonl")] == ["q0"]
 
 
-def test_retry_errors_alone_does_not_run_rows_that_never_finished(
+def test_retry_errors_alone_does_not_run_rows_that_never_finished_and_says_so(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
@@ -516,11 +516,64 @@ def test_retry_errors_alone_does_not_run_rows_that_never_finished(
     assert cli.local(*args).returncode == 1
     _crash_after(output, 2)
     proc = cli.local(*args, "--retry-errors")
-    assert proc.returncode == 0, proc.stderr
+    # the two rows that never finished are not run, and a run missing rows does not pass
+    assert proc.returncode == 1, proc.stderr
     assert "1 rows (1 kept from before)" in proc.stdout
+    assert NOT_RUN.format(n=2) in proc.stdout
     assert sorted(r["row_id"] for r in read_jsonl(output)) == ["q0", "q1"]
+    summary = json.loads((tmp_path / "out.summary.json").read_text())
+    assert (summary["total"], summary["not_run"]) == (2, 2)
     report = cli("report", output)
     assert "partial run: 2 of 4 rollouts recorded" in report.stdout
+    assert report.returncode == 1, "the rollouts missing count as failed, as in the run"
+
+
+NOT_RUN = (
+    "{n} rollouts not run: --retry-errors reruns only failed rollouts, and these never "
+    "finished; add --resume to run them. The gates count them as failures."
+)
+
+
+def test_retry_errors_after_the_breaker_tripped_is_judged_on_every_row(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """The breaker stops a run of 20 rows after 3; --retry-errors then reruns the 3 (now
+    passing) and must not pass the gates on those 3 alone."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    rows = _quick_rows(calls, 20)
+    for row in rows[:3]:  # the endpoint is down for the first three, then comes back
+        row["metadata"].update(fail_first=1, fail_with="APIConnectionError")
+    data = write_jsonl(rows)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "workflow: tests.workflows:CountingWorkflow\nbreaker: 3\nretries:\n  max_attempts: 1\n"
+    )
+    output = tmp_path / "run" / "results.jsonl"
+    args = (data, "--spec", spec, *GRADED, "-c", "1", "-o", output)
+    first = cli.local(*args)
+    assert first.returncode == 5, first.stdout + first.stderr
+    assert len(read_jsonl(output)) == 3
+
+    gates = ("--fail-under", "0.9", "--min-pass-rate", "0.9", "--json")
+    proc = cli.local(*args, "--retry-errors", *gates)
+    verdict = json.loads(proc.stdout)
+    assert (proc.returncode, verdict["exit_code"], verdict["passed"]) == (1, 1, False)
+    assert (verdict["summary"]["total"], verdict["summary"]["not_run"]) == (3, 17)
+    assert {f["gate"] for f in verdict["gate_failures"]} == {
+        "--fail-under (mean reward, failures as 0)",
+        "--min-pass-rate",
+    }
+    assert NOT_RUN.format(n=17) in proc.stderr  # --json: the display goes to stderr
+    report = cli("report", output.parent)
+    assert "partial run: 3 of 20" in report.stdout
+    assert report.returncode == 1, "the report's verdict is the run's"
+
+    # --resume then runs the 17, and the run passes on all 20
+    proc = cli.local(*args, "--resume", *gates)
+    verdict = json.loads(proc.stdout)
+    assert (proc.returncode, verdict["passed"]) == (0, True), proc.stderr
+    assert (verdict["summary"]["total"], verdict["summary"]["not_run"]) == (20, 0)
 
 
 def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
@@ -603,3 +656,61 @@ def test_overwrite_removes_the_old_runs_artifacts_and_nothing_else(
     assert sorted(p.name for p in artifacts.iterdir()) == ["a", "unrelated"]
     assert sorted(p.name for p in (artifacts / "a").iterdir()) == ["note.txt"]
     assert (artifacts / "unrelated" / "keep.txt").is_file()
+
+
+@pytest.mark.parametrize("field", ["row_index", "sample_index"])
+@pytest.mark.parametrize("value", [10**12, -1, "7", None, 1.5])
+def test_a_record_placed_outside_the_run_is_refused_not_obeyed(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, field: str, value: object
+) -> None:
+    """A hand-edited results line once made --resume allocate a bit per row up to its
+    row_index (10**12: a 125 GB bytearray), or stop with an internal error."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls, 3))
+    output = tmp_path / "out.jsonl"
+    args = (data, *GRADED, "-c", "1", "-o", output)
+    assert cli.local(*args).returncode == 0
+    records = read_jsonl(output)
+    records[1][field] = value
+    output.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = output.read_bytes()
+    for flag in ("--resume", "--retry-errors"):
+        proc = cli.local(*args, flag)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        (line,) = error_lines(proc.stderr)
+        assert line.startswith(f"error: {output}: the record of row 'q1' has {field} ")
+        assert output.read_bytes() == before
+
+
+def test_a_record_given_twice_is_refused_not_counted_twice(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls, 3))
+    output = tmp_path / "out.jsonl"
+    args = (data, *GRADED, "-c", "1", "-o", output)
+    assert cli.local(*args).returncode == 0
+    lines = output.read_text().splitlines(keepends=True)
+    output.write_text("".join([*lines, lines[1]]))
+    proc = cli.local(*args, "--resume")
+    assert proc.returncode == 2, proc.stdout
+    (line,) = error_lines(proc.stderr)
+    assert line.startswith(f"error: {output}: row 'q1' (row_index 1, sample 0) is recorded twice")
+
+
+def test_a_shard_resumes_with_row_indexes_past_its_own_row_count(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    data = write_jsonl(_quick_rows(calls, 6))
+    output = tmp_path / "out.jsonl"
+    args = (data, *GRADED, "-c", "1", "-o", output, "--shard", "2/2")
+    assert cli.local(*args).returncode == 0
+    _crash_after(output, 2)
+    proc = cli.local(*args, "--resume")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(r["row_index"] for r in read_jsonl(output)) == [1, 3, 5]
+    assert call_counts(calls) == {"q1": 1, "q3": 1, "q5": 2}  # q5 ran again, alone
