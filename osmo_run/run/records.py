@@ -8,9 +8,10 @@ with the writer.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.types import ExecutionResult
@@ -91,6 +92,30 @@ class OutputRecord(BaseModel):
     made none."""
     warnings: list[str] = []
     """What went wrong without failing the rollout, one sentence each."""
+
+
+def record_problem(record: object) -> str | None:
+    """Why a decoded results line is not an :class:`OutputRecord` (strictly: ``"0.5"`` is
+    not a number, and a reward must be finite), naming its first bad field; ``None`` when it
+    is one. Every reader of a results file (report, resume, regrade, the viewer) keeps only
+    lines this passes, so no hand-edited field reaches their arithmetic."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    try:
+        _RECORD_VALIDATOR.validate_python(record, strict=True)
+    except ValidationError as exc:
+        problems = exc.errors(include_url=False, include_input=False)
+        first = problems[0]
+        where = ".".join(str(part) for part in first["loc"]) or "record"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    reward = record.get("reward")
+    if isinstance(reward, float) and not math.isfinite(reward):
+        return f"reward: {reward} is not a finite number"
+    return None
+
+
+_RECORD_VALIDATOR = OutputRecord.__pydantic_validator__
 
 
 def attempt_dict(attempt: int, result: ExecutionResult) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from osmo_run.run.output import OutputWriter
 from osmo_run.run.plan import with_shuffle
 from osmo_run.run.records import record_dict, record_line, record_safe_name
 from osmo_run.run.report import LoadedRun
-from osmo_run.run.runfiles import RunPaths, iter_records
+from osmo_run.run.runfiles import BadLine, RunPaths, iter_records
 from osmo_run.run.selection import parse_rows
 from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
 from osmo_run.run.summary import RunSummary
@@ -149,6 +149,7 @@ def regrade(
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
     :class:`OutputError` (the target already holds results and ``overwrite`` is off).
     """
+    _refuse_unreadable_lines(run.paths.results)
     requests, manifest = _requests(run)
     grader = resolve_class(grader_name, Grader, "grader")
     paths = RunPaths(output) if output else _regraded_paths(run, grader_name, settings, judge)
@@ -174,6 +175,20 @@ def regrade(
 
     run_to_completion(main())
     return builder.build(output=str(paths.results)), paths
+
+
+def _refuse_unreadable_lines(results: Path) -> None:
+    """Raise :class:`InputError` naming the first line of ``results`` that is not a result
+    record: a regrade left without it would silently grade fewer rows than the run had."""
+    bad: list[BadLine] = []
+    for _ in iter_records(results, bad):
+        pass
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InputError(
+            f"{results}:{bad[0].number}: {bad[0].reason}{more}; mend or remove the line "
+            "before regrading"
+        )
 
 
 def _regrade_manifest(

@@ -130,10 +130,10 @@ def check_shards(runs: list[LoadedRun]) -> list[str]:
     return [f"{k}/{n}" for k in range(1, n + 1) if (k, n) not in parsed]
 
 
-def _bad_lines_text(run: LoadedRun, shown: int = 10) -> str:
+def _bad_lines_text(run: LoadedRun, shown: int = 10, of: str = "summary") -> str:
     listed = ", ".join(f"{b.number} ({b.reason})" for b in run.bad_lines[:shown])
     more = f" and {len(run.bad_lines) - shown} more" if len(run.bad_lines) > shown else ""
-    return f"unreadable lines in {run.paths.results}, left out of this summary: {listed}{more}"
+    return f"unreadable lines in {run.paths.results}, left out of this {of}: {listed}{more}"
 
 
 def render_report(
@@ -222,7 +222,8 @@ class Comparison:
 def _outcomes(run: LoadedRun, threshold: float, categories: Counter[str]) -> dict[str, RowOutcome]:
     """Each row's outcome in ``run``; counts its error categories into ``categories``."""
     rows: dict[str, RowOutcome] = {}
-    for record in iter_records(run.paths.results):
+    run.bad_lines.clear()
+    for record in iter_records(run.paths.results, run.bad_lines):
         if record.get("error_category"):
             categories[str(record["error_category"])] += 1
         rows.setdefault(str(record["row_id"]), RowOutcome()).add(record, threshold)
@@ -302,4 +303,9 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
         table.add_row("errors A -> B", "\n".join(lines))
     else:
         table.add_row("errors A -> B", "none in either")
-    return Group(Text("Run comparison", style="bold underline"), table)
+    damaged = [Text(_bad_lines_text(run, of="comparison"), style="red") for run in (a, b)]
+    return Group(
+        Text("Run comparison", style="bold underline"),
+        table,
+        *(text for text, run in zip(damaged, (a, b), strict=True) if run.bad_lines),
+    )

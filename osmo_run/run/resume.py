@@ -265,7 +265,9 @@ def _failed_with(record: dict[str, Any], cause: str) -> bool:
 
 
 def _bad_line_message(results: Path, bad: BadLine) -> str:
-    detail = "" if bad.reason == "not a result record" else f" ({bad.reason})"
+    prefix = "not a result record"
+    why = bad.reason.removeprefix(prefix).removeprefix(": ")
+    detail = f" ({why})" if why else ""
     return (
         f"{results}:{bad.number}: not a result record{detail}; remove the line (its rollout "
         "then runs again) or pass --overwrite to start over"

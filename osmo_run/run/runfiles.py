@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError
+from osmo_run.run.records import record_problem
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ class BadLine:
 
     number: int
     reason: str
-    """``not valid JSON`` or ``not a result record``."""
+    """``not valid JSON``, ``not a result record``, or that followed by the first field
+    that is not as a record's (``not a result record: reward: …``)."""
 
 
 def is_record(value: object) -> bool:
@@ -133,10 +135,12 @@ def iter_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[dict[
                 if bad is not None:
                     bad.append(BadLine(number, "not valid JSON"))
                 continue
-            if is_record(record):
+            problem = record_problem(record) if is_record(record) else ""
+            if problem is None:
                 yield record
             elif bad is not None:
-                bad.append(BadLine(number, "not a result record"))
+                reason = "not a result record"
+                bad.append(BadLine(number, f"{reason}: {problem}" if problem else reason))
 
 
 def first_line_is_record(path: Path) -> bool:

@@ -28,9 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.records import record_problem
 
 STATUSES = ("success", "failure", "cancelled")
 PHASES = ("setup", "workflow", "grader")
@@ -122,24 +120,13 @@ def _decode(raw: bytes) -> Any:
     return value
 
 
-_VALIDATOR = OutputRecord.__pydantic_validator__
-
-
 def _check_record(record: dict[str, Any]) -> None:
     """Raise :class:`_NotARecord` naming the first field of ``record`` that is not as
-    :class:`OutputRecord` says (strictly: ``"0.5"`` is not a number), or a reward that is
-    not a finite number: a page shows only records it can read in every field."""
-    try:
-        _VALIDATOR.validate_python(record, strict=True)
-    except ValidationError as exc:
-        problems = exc.errors(include_url=False, include_input=False)
-        first = problems[0]
-        where = ".".join(str(part) for part in first["loc"]) or "record"
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise _NotARecord(f"not an osmo-run record: {where}: {first['msg']}{more}") from None
-    reward = record.get("reward")
-    if isinstance(reward, float) and not math.isfinite(reward):
-        raise _NotARecord(f"not an osmo-run record: reward: {reward} is not a finite number")
+    :class:`OutputRecord` says (:func:`record_problem`): a page shows only records it can
+    read in every field."""
+    problem = record_problem(record)
+    if problem is not None:
+        raise _NotARecord(f"not an osmo-run record: {problem}")
 
 
 def _number(value: Any) -> float:

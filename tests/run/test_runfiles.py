@@ -13,10 +13,15 @@ import pytest
 from osmo_run.errors import InputError
 from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
 from tests.conftest import read_jsonl
+from tests.view.records import record as view_record
 
 
 def _line(row_id: str, sample: int = 0, status: str = "success", **extra: Any) -> str:
-    record = {"row_id": row_id, "sample_index": sample, "status": status, **extra}
+    """A complete record (:class:`OutputRecord`): readers keep only lines valid in every
+    field."""
+    category = extra.pop("error_category", "agent_error" if status == "failure" else None)
+    base = view_record(0, status=status, category=category, phase="workflow")
+    record = {**base, "row_id": row_id, "rollout_id": row_id, "sample_index": sample, **extra}
     return json.dumps(record) + "\n"
 
 
