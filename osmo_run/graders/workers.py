@@ -287,7 +287,11 @@ class GraderWorkers:
 
     def __init__(self, limit: int = WORKER_LIMIT) -> None:
         self._limit = limit
-        self._slots = threading.BoundedSemaphore(limit)
+        self._calls: queue.SimpleQueue[tuple[_Call, Callable[[], object] | None]]
+        self._calls = queue.SimpleQueue()
+        self._pending = 0  # calls queued and not yet taken by a dispatcher
+        self._dispatchers = 0  # threads that each run one call at a time, on one worker
+        self._free_dispatchers = 0
         self._idle: list[_Worker] = []
         self._alive: set[_Worker] = set()
         self._lock = threading.Lock()
@@ -306,9 +310,7 @@ class GraderWorkers:
         ``OSError`` when none can start.
         """
         call = _Call(function, args)
-        threading.Thread(
-            target=self._serve, args=(call, warm), name="grader-call", daemon=True
-        ).start()
+        self._submit(call, warm)
         try:
             result: T = await asyncio.wrap_future(call.future)
         except asyncio.CancelledError:
@@ -316,39 +318,60 @@ class GraderWorkers:
             raise
         return result
 
+    def _submit(self, call: _Call, warm: Callable[[], object] | None) -> None:
+        """Queue ``call``, with one more dispatcher when none is free to take it (up to
+        ``limit``: one per call running at once, as the run's concurrency has them)."""
+        with self._lock:
+            self._pending += 1
+            start = self._pending > self._free_dispatchers and self._dispatchers < self._limit
+            if start:
+                self._dispatchers += 1
+        self._calls.put((call, warm))
+        if start:
+            threading.Thread(target=self._dispatch, name="grader-dispatch", daemon=True).start()
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._lock:
+                self._free_dispatchers += 1
+            call, warm = self._calls.get()
+            with self._lock:
+                self._free_dispatchers -= 1
+                self._pending -= 1
+            if call.future.set_running_or_notify_cancel():  # else its caller gave up
+                self._serve(call, warm)
+
     def _serve(self, call: _Call, warm: Callable[[], object] | None) -> None:
-        """Run ``call`` on a free worker (blocking until one is free)."""
-        with self._slots:
-            if not call.future.set_running_or_notify_cancel():
-                return  # its caller gave up while it waited
-            for attempt in (1, 2):  # an idle worker may have ended since: then a new one
-                try:
-                    worker = self._take(call, warm, fresh=attempt == 2)
-                except BaseException as exc:
-                    _settle(call.future.set_exception, exc)
-                    return
-                if not call.assign(worker):
-                    self._discard(worker)
-                    return
-                try:
-                    ok, value = worker.call(call.function, call.args)
-                except _WorkerGone:
-                    call.finish()
-                    self._discard(worker)
-                    continue
-                except WorkerDied as exc:
-                    call.finish()
-                    self._discard(worker)
-                    _settle(call.future.set_exception, exc)  # nobody waits if it was killed
-                    return
-                except BaseException as exc:  # a request or reply that did not pickle
-                    ok, value = False, exc
-                if call.finish():
-                    self._discard(worker)
-                else:
-                    self._give_back(worker)
-                _settle(call.future.set_result if ok else call.future.set_exception, value)
+        """Run ``call`` on an idle worker or a new one (blocking)."""
+        for attempt in (1, 2):  # an idle worker may have ended since: then a new one
+            try:
+                worker = self._take(call, warm, fresh=attempt == 2)
+            except BaseException as exc:
+                _settle(call.future.set_exception, exc)
                 return
+            if not call.assign(worker):
+                self._discard(worker)
+                return
+            try:
+                ok, value = worker.call(call.function, call.args)
+            except _WorkerGone:
+                call.finish()
+                self._discard(worker)
+                continue
+            except WorkerDied as exc:
+                call.finish()
+                self._discard(worker)
+                _settle(call.future.set_exception, exc)  # nobody waits if it was killed
+                return
+            except BaseException as exc:  # a request or reply that did not pickle
+                ok, value = False, exc
+            if call.finish():
+                self._discard(worker)
+            else:
+                self._give_back(worker)
+            _settle(call.future.set_result if ok else call.future.set_exception, value)
+            return
+        _settle(call.future.set_exception, WorkerDied("the grader's worker processes keep ending"))
 
     def _take(self, call: _Call, warm: Callable[[], object] | None, fresh: bool) -> _Worker:
         if not fresh:
@@ -384,8 +407,10 @@ class GraderWorkers:
         self._zygote.kill()
 
     def forget(self) -> None:
-        """Drop every worker without touching it: in a forked child, they are the parent's."""
-        self._slots = threading.BoundedSemaphore(self._limit)
+        """Drop every worker without touching it: in a forked child, they are the parent's
+        (and the dispatcher threads are not there)."""
+        self._calls = queue.SimpleQueue()
+        self._pending = self._dispatchers = self._free_dispatchers = 0
         self._idle = []
         self._alive = set()
         self._lock = threading.Lock()

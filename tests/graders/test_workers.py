@@ -111,3 +111,19 @@ def test_a_call_that_never_ends_holds_up_neither_its_caller_nor_the_exit() -> No
     if Path("/proc/self/stat").exists():
         assert _gone(int(killed))
         assert _gone(int(idle))  # the idle worker ended with its parent
+
+
+def test_a_call_does_not_wait_behind_a_long_one_while_the_limit_allows_another_worker() -> None:
+    pool = GraderWorkers(2)
+
+    async def main() -> int:
+        slow = asyncio.ensure_future(pool.run(time.sleep, 600))
+        try:
+            return await asyncio.wait_for(pool.run(pow, 2, 5), 60)
+        finally:
+            slow.cancel()
+
+    try:
+        assert asyncio.run(main()) == 32
+    finally:
+        pool.kill_all()
