@@ -9,7 +9,9 @@ cancelled (the grader deadline, an interrupted run) and replaced on the next cal
 :data:`GRADER_WORKERS` is the process's pool: workers start when first needed, are reused
 across rows and runs (one per row grading at once, at most :data:`WORKER_LIMIT`), and die
 with this process: on Linux the kernel kills them when it ends, however it ends
-(``PR_SET_PDEATHSIG``); elsewhere an idle worker ends when its request pipe closes.
+(``PR_SET_PDEATHSIG``); elsewhere an idle worker ends when its request pipe closes. A row
+process of ``--isolation process`` is killed at the deadline by its parent already, so
+there the work runs in it (a worker process would cost each row a start).
 
 Stdlib only: this runs wherever the graders run, Harbor trials included.
 """
@@ -35,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
+
+from osmo_run.sdk.sandbox import SUPERVISED_ENV
 
 T = TypeVar("T")
 
@@ -305,10 +309,14 @@ class GraderWorkers:
         ``function`` and ``args`` must pickle (a module-level function, plain data) and so
         must its result. ``warm`` (a module-level function) is run once where workers are
         forked from, so that what it loads is loaded in every new worker (the libraries
-        ``function`` needs). Cancelling the caller kills the worker at once (it is replaced
-        on a later call). Raises :class:`WorkerDied` when the worker ends during the call,
-        ``OSError`` when none can start.
+        ``function`` needs). In a process its parent kills at the deadline (``--isolation
+        process``, :data:`~osmo_run.sdk.sandbox.SUPERVISED_ENV`) it runs right here.
+        Cancelling the caller kills the worker at once (it is replaced on a later call).
+        Raises :class:`WorkerDied` when the worker ends during the call, ``OSError`` when
+        none can start.
         """
+        if os.environ.get(SUPERVISED_ENV):  # this process is killed at the deadline itself
+            return function(*args)
         call = _Call(function, args)
         self._submit(call, warm)
         try:

