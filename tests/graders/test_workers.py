@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,7 @@ def _gone(pid: int, timeout: float = 10) -> bool:
 
 
 @pytest.fixture
-def workers() -> object:
+def workers() -> Iterator[GraderWorkers]:
     pool = GraderWorkers(1)
     yield pool
     pool.kill_all()
@@ -127,3 +129,21 @@ def test_a_call_does_not_wait_behind_a_long_one_while_the_limit_allows_another_w
         assert asyncio.run(main()) == 32
     finally:
         pool.kill_all()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_workers_come_back_after_the_process_they_are_forked_from_is_killed(
+    workers: GraderWorkers,
+) -> None:
+    """The zygote (a worker's parent) killed from outside: its workers die with it, and
+    the next call starts a new one."""
+
+    async def main() -> tuple[int, int]:
+        worker = await workers.run(os.getpid)
+        zygote = await workers.run(os.getppid)
+        os.kill(zygote, signal.SIGKILL)
+        assert _gone(worker)
+        return zygote, await workers.run(os.getppid)
+
+    before, after = asyncio.run(main())
+    assert before != after
