@@ -7,8 +7,9 @@ worker process it stops only that worker, which is killed (SIGKILL) when its cal
 cancelled (the grader deadline, an interrupted run) and replaced on the next call.
 
 :data:`GRADER_WORKERS` is the process's pool: workers start when first needed, are reused
-across rows and runs (one per row grading at once, at most :data:`WORKER_LIMIT`), and die
-with this process: on Linux the kernel kills them when it ends, however it ends
+across rows and runs (one per row grading at once, at most :data:`WORKER_LIMIT`), are
+forked from one process that has loaded what the graders need (a replacement costs a
+fork, not an interpreter's start and math-verify's import), and die with this process: on Linux the kernel kills them when it ends, however it ends
 (``PR_SET_PDEATHSIG``); elsewhere an idle worker ends when its request pipe closes. A row
 process of ``--isolation process`` is killed at the deadline by its parent already, so
 there the work runs in it (a worker process would cost each row a start).
