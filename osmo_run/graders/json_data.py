@@ -152,6 +152,7 @@ class JsonSchema(SettingsGrader[JsonSchemaSettings]):
     def validate_settings(cls, settings: dict[str, Any]) -> None:
         super().validate_settings(settings)
         _jsonschema()  # missing extra: one error before any row runs
+        GRADER_WORKERS.prestart(schema_failures, warm=_jsonschema)
 
     def _schema(self, label: object) -> Any:
         if self.settings.schema is not None:

@@ -124,6 +124,7 @@ class MathEquivalence(SettingsGrader[MathEquivalenceSettings]):
     def validate_settings(cls, settings: dict[str, Any]) -> None:
         super().validate_settings(settings)
         _math_verify()  # missing extra: one error before any row runs
+        GRADER_WORKERS.prestart(_verify, warm=_warm)
 
     async def grade(self, ctx: GraderContext) -> float:
         label = ctx.label

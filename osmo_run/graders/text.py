@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from osmo_run.graders.base import SettingsGrader, final_answer, quoted, text_labels
 from osmo_run.graders.settings import SettingsError
@@ -192,6 +192,11 @@ class RegexMatch(SettingsGrader[RegexMatchSettings]):
     label (normalised), or with ``compare: found`` when the pattern matches at all."""
 
     settings_type = RegexMatchSettings
+
+    @classmethod
+    def validate_settings(cls, settings: dict[str, Any]) -> None:
+        super().validate_settings(settings)
+        GRADER_WORKERS.prestart(regex_search)  # before any row: the first one does not wait
 
     async def grade(self, ctx: GraderContext) -> float:
         settings = self.settings

@@ -9,10 +9,11 @@ cancelled (the grader deadline, an interrupted run) and replaced on the next cal
 :data:`GRADER_WORKERS` is the process's pool: workers start when first needed, are reused
 across rows and runs (one per row grading at once, at most :data:`WORKER_LIMIT`), are
 forked from one process that has loaded what the graders need (a replacement costs a
-fork, not an interpreter's start and math-verify's import), and die with this process: on Linux the kernel kills them when it ends, however it ends
-(``PR_SET_PDEATHSIG``); elsewhere an idle worker ends when its request pipe closes. A row
-process of ``--isolation process`` is killed at the deadline by its parent already, so
-there the work runs in it (a worker process would cost each row a start).
+fork, not an interpreter's start and math-verify's import), and die with this process: on
+Linux the kernel kills them when it ends, however it ends (``PR_SET_PDEATHSIG``);
+elsewhere an idle worker ends when its request pipe closes. A row process of
+``--isolation process`` is killed at the deadline by its parent already, so there the
+work runs in it (a worker process would cost each row a start).
 
 Stdlib only: this runs wherever the graders run, Harbor trials included.
 """
@@ -146,12 +147,22 @@ class _Zygote:
                 self._stop()  # a zygote that died or got stuck: one more try with a new one
             try:
                 return self._fork(warmers)
-            except EOFError as exc:
+            except (OSError, EOFError) as exc:
                 self._stop()
-                raise OSError("the grader worker processes could not start") from exc
+                raise OSError(f"the grader worker processes could not start: {exc}") from exc
 
-    def _fork(self, warmers: list[tuple[str, Callable[[], object]]]) -> _Worker:
-        control = self._ensure_started()
+    def warm(self, warmers: list[tuple[str, Callable[[], object]]]) -> None:
+        """Start the zygote and run ``warmers`` in it, as :meth:`fork_worker` would, so that
+        the first row's call does not wait for it. Blocking; never raises."""
+        with self._lock:
+            try:
+                self._warm(self._ensure_started(), warmers)
+            except (OSError, EOFError):
+                self._stop()  # the first call tries again and reports
+
+    def _warm(
+        self, control: socket.socket, warmers: list[tuple[str, Callable[[], object]]]
+    ) -> None:
         for name, function in warmers:
             if name not in self._warmed:
                 order = pickle.dumps(function)
@@ -159,6 +170,10 @@ class _Zygote:
                 if _recv_exactly(control, 1) != b"k":
                     raise EOFError
                 self._warmed.add(name)
+
+    def _fork(self, warmers: list[tuple[str, Callable[[], object]]]) -> _Worker:
+        control = self._ensure_started()
+        self._warm(control, warmers)
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         try:
@@ -327,6 +342,20 @@ class GraderWorkers:
             raise
         return result
 
+    def prestart(
+        self, function: Callable[..., Any], warm: Callable[[], object] | None = None
+    ) -> None:
+        """Get ready for calls of ``function`` (with ``warm``, as :meth:`run` takes them) in
+        the background: start the process workers are forked from and load what they need,
+        so that the first rows' grader deadlines do not pay for it. For a grader's
+        ``validate_settings``, which runs before any row. Never raises."""
+        if os.environ.get(SUPERVISED_ENV):
+            return
+        warmers = _warmers(function, warm)
+        threading.Thread(
+            target=self._zygote.warm, args=(warmers,), name="grader-prestart", daemon=True
+        ).start()
+
     def _submit(self, call: _Call, warm: Callable[[], object] | None) -> None:
         """Queue ``call``, with one more dispatcher when none is free to take it (up to
         ``limit``: one per call running at once, as the run's concurrency has them)."""
@@ -387,13 +416,7 @@ class GraderWorkers:
             with self._lock:
                 if self._idle:
                     return self._idle.pop()
-        module = call.function.__module__
-        warmers: list[tuple[str, Callable[[], object]]] = [
-            (module, functools.partial(importlib.import_module, module))
-        ]
-        if warm is not None:
-            warmers.append((f"{warm.__module__}:{warm.__qualname__}", warm))
-        worker = self._zygote.fork_worker(warmers)
+        worker = self._zygote.fork_worker(_warmers(call.function, warm))
         with self._lock:
             self._alive.add(worker)
         return worker
@@ -424,6 +447,20 @@ class GraderWorkers:
         self._alive = set()
         self._lock = threading.Lock()
         self._zygote = _Zygote()
+
+
+def _warmers(
+    function: Callable[..., Any], warm: Callable[[], object] | None
+) -> list[tuple[str, Callable[[], object]]]:
+    """What the zygote runs once, by name, before forking a worker for ``function``: the
+    import of its module, then ``warm``."""
+    module = function.__module__
+    warmers: list[tuple[str, Callable[[], object]]] = [
+        (module, functools.partial(importlib.import_module, module))
+    ]
+    if warm is not None:
+        warmers.append((f"{warm.__module__}:{warm.__qualname__}", warm))
+    return warmers
 
 
 def _settle(setter: Callable[[Any], None], value: Any) -> None:
