@@ -147,3 +147,23 @@ def test_workers_come_back_after_the_process_they_are_forked_from_is_killed(
 
     before, after = asyncio.run(main())
     assert before != after
+
+
+def test_a_call_whose_caller_gave_up_while_it_waited_never_runs(tmp_path: Path) -> None:
+    pool = GraderWorkers(1)
+    marker = tmp_path / "ran"
+
+    async def main() -> None:
+        busy = asyncio.ensure_future(pool.run(time.sleep, 600))  # the only worker
+        queued = asyncio.ensure_future(pool.run(Path.touch, marker))
+        await asyncio.sleep(0.5)
+        queued.cancel()
+        busy.cancel()
+        await asyncio.gather(busy, queued, return_exceptions=True)
+        assert await pool.run(pow, 2, 3) == 8  # the next call runs, on a new worker
+
+    try:
+        asyncio.run(main())
+    finally:
+        pool.kill_all()
+    assert not marker.exists()
