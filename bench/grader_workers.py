@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from osmo_run.graders import json_data, math_equivalence, text  # noqa: E402
-from osmo_run.graders.workers import GRADER_WORKERS  # noqa: E402
+from osmo_run.graders import json_data, math_equivalence, text
+from osmo_run.graders.workers import GRADER_WORKERS
 
 Case = tuple[str, Callable[..., Any], tuple[Any, ...], Callable[[], object] | None]
 
