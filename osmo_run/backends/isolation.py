@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.sdk.deadlines import PROCESS_KILL_MARGIN_SEC, PROCESS_START_LIMIT_SEC, with_margin
-from osmo_run.sdk.sandbox import API_KEY_ENV, CODE_DIR_ENV, JUDGE_API_KEY_ENV, STARTED_FD_ENV
+from osmo_run.sdk.sandbox import (
+    API_KEY_ENV,
+    CODE_DIR_ENV,
+    JUDGE_API_KEY_ENV,
+    STARTED_FD_ENV,
+    SUPERVISED_ENV,
+)
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase
 
 
@@ -94,7 +100,7 @@ class ProcessPhaseRunner:
             phase,
             str(input_path),
             str(result_path),
-            env={**self._env, STARTED_FD_ENV: str(started_fd)},
+            env={**self._env, STARTED_FD_ENV: str(started_fd), SUPERVISED_ENV: "1"},
             pass_fds=(started_fd,),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

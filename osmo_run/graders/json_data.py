@@ -4,7 +4,9 @@ equals the label as data (``JsonEquals``).
 
 The JSON is the whole final answer, or else (unless ``strict``) its last fenced code
 block, or else the first object or array in it, so ``Here it is: {"a": 1}`` holds JSON.
-``JsonValid`` and ``JsonEquals`` are stdlib only.
+``JsonValid`` and ``JsonEquals`` are stdlib only. ``JsonSchema`` validates in a grader
+worker process, where a schema whose work is unbounded (a backtracking ``pattern``) is
+killed at the deadline.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from osmo_run.graders.base import SettingsGrader, final_answer, missing_extra, quoted
 from osmo_run.graders.settings import SettingsError
+from osmo_run.graders.workers import GRADER_WORKERS
 from osmo_run.sdk.context import GraderContext
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -189,6 +192,20 @@ def _json_path(parts: Any) -> str:
     return path
 
 
+def schema_failures(schema: Any, data: Any) -> tuple[str, list[str]] | None:
+    """``None`` when ``data`` matches ``schema``, else ``(the best error, the first five
+    errors)``, each ``"$.path: message"``. A schema's ``pattern`` may backtrack for hours:
+    this runs in a grader worker process (:mod:`osmo_run.graders.workers`)."""
+    jsonschema = _jsonschema()
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    errors = list(validator.iter_errors(data))
+    if not errors:
+        return None
+    best = jsonschema.exceptions.best_match(errors)
+    problems = [f"{_json_path(e.absolute_path)}: {e.message}" for e in errors[:5]]
+    return f"{_json_path(best.absolute_path)}: {best.message}", problems
+
+
 class JsonSchema(SettingsGrader[JsonSchemaSettings]):
     """1.0 when the final answer holds JSON that the schema accepts (the schema's own
     draft, formats not asserted); the explanation names the first failing path."""
@@ -199,6 +216,7 @@ class JsonSchema(SettingsGrader[JsonSchemaSettings]):
     def validate_settings(cls, settings: dict[str, Any]) -> None:
         super().validate_settings(settings)
         _jsonschema()  # missing extra: one error before any row runs
+        GRADER_WORKERS.prestart(schema_failures, warm=_jsonschema)
 
     def _schema(self, label: object) -> Any:
         if self.settings.schema is not None:
@@ -220,22 +238,16 @@ class JsonSchema(SettingsGrader[JsonSchemaSettings]):
         if found is None:
             return 0.0
         data, where = found
-        jsonschema = _jsonschema()
-        validator = jsonschema.validators.validator_for(schema)(schema)
         try:
-            errors = list(validator.iter_errors(data))
+            failed = await GRADER_WORKERS.run(schema_failures, schema, data, warm=_jsonschema)
         except RecursionError:
             ctx.explain(f"{where} is nested too deeply to check against the schema; reward 0")
             return 0.0
-        if not errors:
+        if failed is None:
             ctx.explain(f"{where} matches the schema: {quoted(data)}")
             return 1.0
-        best = jsonschema.exceptions.best_match(errors)
-        problems = [f"{_json_path(e.absolute_path)}: {e.message}" for e in errors[:5]]
-        ctx.explain(
-            f"{where} fails the schema at {_json_path(best.absolute_path)}: {best.message}",
-            schema_errors=problems,
-        )
+        best, problems = failed
+        ctx.explain(f"{where} fails the schema at {best}", schema_errors=problems)
         return 0.0
 
 

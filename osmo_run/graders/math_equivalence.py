@@ -6,10 +6,9 @@ compares it with the label symbolically and numerically: ``\\frac{1}{2}``, ``0.5
 ``1/2`` are equal, so are ``\\{1,2\\}`` and ``\\{2,1\\}``, ``(x+1)^2`` and ``x^2+2x+1``.
 
 math-verify bounds its own work with ``signal.alarm``, which works only on the main
-thread; here it runs on worker threads of its own (:class:`DaemonWorkers`: not the shared
-default pool, so a runaway simplification never starves the model calls of other rows,
-and daemon threads, so it never holds up the process's exit) with that mechanism off, and
-the row's grader deadline (``timeouts.grader_sec``) bounds it instead.
+thread and not in C code that holds the GIL (``\\boxed{9^{9^{9}}}`` computes for hours):
+here it runs in a grader worker process (:mod:`osmo_run.graders.workers`) with that
+mechanism off, killed at the row's grader deadline (``timeouts.grader_sec``).
 """
 
 from __future__ import annotations
@@ -26,11 +25,10 @@ from osmo_run.graders.base import (
     wrong_label,
 )
 from osmo_run.graders.settings import SettingsError
-from osmo_run.graders.workers import DaemonWorkers
+from osmo_run.graders.workers import GRADER_WORKERS
 from osmo_run.sdk.context import GraderContext
 
 _UNICODE_MINUS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\uff0d": "-"})
-_WORKERS = DaemonWorkers(2, "math-verify")
 
 
 class _NoTimeoutWarning(logging.Filter):
@@ -84,7 +82,7 @@ def _verify(
     gold_text: str, answer: str, settings: MathEquivalenceSettings
 ) -> tuple[bool, list[str], list[str]]:
     """``(equal, [label as extracted], [answer as extracted])``; a list is empty when
-    nothing was extracted. Blocking: runs on a worker thread."""
+    nothing was extracted. Unbounded in its input: runs in a grader worker process."""
     math_verify = _math_verify()
     gold = math_verify.parse(gold_text, parsing_timeout=None)
     target = math_verify.parse(answer.translate(_UNICODE_MINUS), parsing_timeout=None)
@@ -101,6 +99,12 @@ def _verify(
         timeout_seconds=None,
     )
     return equal, _shown(gold), _shown(target)
+
+
+def _warm() -> None:
+    """One small comparison, so that math-verify and everything it loads on first use are
+    loaded where grader workers are forked from."""
+    _verify("$1$", "1", MathEquivalenceSettings())
 
 
 def _shown(parsed: list[Any]) -> list[str]:
@@ -120,6 +124,7 @@ class MathEquivalence(SettingsGrader[MathEquivalenceSettings]):
     def validate_settings(cls, settings: dict[str, Any]) -> None:
         super().validate_settings(settings)
         _math_verify()  # missing extra: one error before any row runs
+        GRADER_WORKERS.prestart(_verify, warm=_warm)
 
     async def grade(self, ctx: GraderContext) -> float:
         label = ctx.label
@@ -132,7 +137,9 @@ class MathEquivalence(SettingsGrader[MathEquivalenceSettings]):
             ctx.explain("MathEquivalence: the sample has no assistant message with text; reward 0")
             return 0.0
         gold_text = _as_gold(label.translate(_UNICODE_MINUS))
-        equal, gold, target = await _WORKERS.run(_verify, gold_text, answer, self.settings)
+        equal, gold, target = await GRADER_WORKERS.run(
+            _verify, gold_text, answer, self.settings, warm=_warm
+        )
         if not target:
             ctx.explain(f"math-verify found no answer in {quoted(answer)}; label {gold[0]}")
             return 0.0

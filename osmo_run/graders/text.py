@@ -3,7 +3,8 @@
 Each compares the final assistant message with the row's label (a string, a number, or a
 list of acceptable answers) after the same normalisation, applied to both sides:
 Unicode NFKC (full-width letters, ligatures), case, whitespace, punctuation and English
-articles, each a setting. Stdlib only.
+articles, each a setting. Stdlib only. ``RegexMatch`` searches in a grader worker
+process, where a user's pattern that backtracks for hours is killed at the deadline.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from osmo_run.graders.base import SettingsGrader, final_answer, quoted, text_labels
 from osmo_run.graders.settings import SettingsError
+from osmo_run.graders.workers import GRADER_WORKERS
 from osmo_run.sdk.context import GraderContext
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b", re.IGNORECASE)
@@ -219,11 +221,32 @@ class RegexMatchSettings(Normalization):
         return 1 if pattern.groups else 0
 
 
+def regex_search(settings: RegexMatchSettings, answer: str) -> tuple[str, str] | None:
+    """``(the whole match, the captured text)`` of the match ``settings.occurrence`` names,
+    or ``None`` when the pattern does not match. A user's pattern may backtrack for hours:
+    this runs in a grader worker process (:mod:`osmo_run.graders.workers`)."""
+    pattern = settings.compiled()
+    if settings.occurrence == "first":
+        match = pattern.search(answer)
+    else:
+        match = None
+        for match in pattern.finditer(answer):  # noqa: B007 (the last one is kept)
+            pass
+    if match is None:
+        return None
+    return match.group(0), match.group(settings.group_of(pattern)) or ""
+
+
 class RegexMatch(SettingsGrader[RegexMatchSettings]):
     """Searches ``pattern`` in the final answer; 1.0 when the captured text equals the
     label (normalised), or with ``compare: found`` when the pattern matches at all."""
 
     settings_type = RegexMatchSettings
+
+    @classmethod
+    def validate_settings(cls, settings: dict[str, Any]) -> None:
+        super().validate_settings(settings)
+        GRADER_WORKERS.prestart(regex_search)  # before any row: the first one does not wait
 
     async def grade(self, ctx: GraderContext) -> float:
         settings = self.settings
@@ -231,15 +254,13 @@ class RegexMatch(SettingsGrader[RegexMatchSettings]):
         answer = final_answer(ctx.sample)
         if answer is None:
             return _no_answer(ctx, "RegexMatch")
-        pattern = settings.compiled()
-        matches = list(pattern.finditer(answer))
-        if not matches:
+        found = await GRADER_WORKERS.run(regex_search, settings, answer)
+        if found is None:
             ctx.explain(f"pattern {quoted(settings.pattern)} not found in {quoted(answer)}")
             return 0.0
-        match = matches[-1] if settings.occurrence == "last" else matches[0]
-        captured = match.group(settings.group_of(pattern)) or ""
+        whole, captured = found
         if settings.compare == "found":
-            ctx.explain(f"pattern {quoted(settings.pattern)} found: {quoted(match.group(0))}")
+            ctx.explain(f"pattern {quoted(settings.pattern)} found: {quoted(whole)}")
             return 1.0
         got = settings.apply(captured)
         for label in labels:

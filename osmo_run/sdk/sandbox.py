@@ -38,6 +38,10 @@ JUDGE_API_KEY_ENV = "OSMO_RUN_JUDGE_API_KEY"
 CODE_DIR_ENV = "OSMO_RUN_CODE_DIR"
 STARTED_FD_ENV = "OSMO_RUN_STARTED_FD"
 """A file descriptor the runner writes one byte to when its phase starts (process isolation)."""
+SUPERVISED_ENV = "OSMO_RUN_PHASE_SUPERVISED"
+"""Set (``1``) for a phase whose process its parent kills at the deadline (process
+isolation): the built-in graders' unbounded work runs in that process, which is already
+killable, instead of in grader worker processes of its own (:mod:`osmo_run.graders.workers`)."""
 
 
 def workflow_input(

@@ -128,3 +128,24 @@ def test_an_extra_given_as_a_requirement_is_installed_in_the_trial_and_grades(
     assert (half["status"], half["reward"]) == ("success", 1.0), half.get("error_message")
     assert (third["status"], third["reward"]) == ("success", 0.0), third.get("error_message")
     assert run.leftovers == []
+
+
+def test_a_backtracking_regex_inside_a_trial_is_a_grader_timeout(tmp_path: Path) -> None:
+    """The trial's grader kills its worker process at the grader deadline (issue 27)."""
+    spec = harbor_spec(
+        grader="osmo_run.graders:RegexMatch",
+        grader_config={"settings": {"pattern": "^(\\w+\\s?)*$", "compare": "found"}},
+        timeouts={"agent_sec": 60, "grader_sec": 10},
+    )
+    rows = [_row("pathological", "a" * 40 + "!", "x"), _row("words", "a few words", "x")]
+    run = run_harbor(tmp_path, rows, spec, env=cli_env(), timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    stuck, words = run.rows["pathological"], run.rows["words"]
+    assert (stuck["status"], stuck["error_category"], stuck["error_phase"]) == (
+        "failure",
+        "timeout",
+        "grader",
+    ), stuck["error_message"]
+    assert "grader exceeded its 10s deadline" in stuck["error_message"]
+    assert (words["status"], words["reward"]) == ("success", 1.0), words.get("error_message")
+    assert run.leftovers == []

@@ -4,14 +4,16 @@ intervals and expressions; and the error that names the pip command without it."
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from osmo_run import ErrorCategory, Phase, RolloutStatus
 from osmo_run.errors import BackendUnavailable, SpecError
-from osmo_run.graders import MathEquivalence
+from osmo_run.graders import MathEquivalence, math_equivalence
 from osmo_run.graders.settings import SettingsError
+from osmo_run.graders.workers import GraderWorkers
 from osmo_run.run.spec import check_grader_settings
 from tests.graders.conftest import explanation, grade
 from tests.llm.conftest import require_extra
@@ -81,10 +83,19 @@ def test_settings_are_checked() -> None:
 
 
 def test_without_math_verify_the_run_stops_naming_the_pip_command(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``sys.modules[name] = None`` makes ``import name`` fail as if it were not installed."""
+    """``sys.modules[name] = None`` makes ``import name`` fail as if it were not installed
+    here; a package of that name that fails to import, first on the path, does so in the
+    grader worker process (a new pool: it starts with this path)."""
     monkeypatch.setitem(sys.modules, "math_verify", None)
+    (tmp_path / "math_verify").mkdir()
+    (tmp_path / "math_verify" / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'math_verify'\")\n"
+    )
+    monkeypatch.syspath_prepend(tmp_path)
+    workers = GraderWorkers(1)
+    monkeypatch.setattr(math_equivalence, "GRADER_WORKERS", workers)
     with pytest.raises(BackendUnavailable) as raised:
         check_grader_settings("osmo_run.graders:MathEquivalence", {}, judge=False)
     assert "pip install 'osmo-run[math]'" in str(raised.value)
@@ -96,6 +107,7 @@ def test_without_math_verify_the_run_stops_naming_the_pip_command(
     assert result.error_message is not None
     assert "MathEquivalence needs math-verify" in result.error_message
     assert "pip install 'osmo-run[math]'" in result.error_message
+    workers.kill_all()
 
 
 def test_a_harbor_run_does_not_demand_the_extra_on_the_host_but_checks_the_settings(
