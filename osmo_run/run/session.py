@@ -89,7 +89,7 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     return with_model_server(plan, endpoint, info, note)
 
 
-def _describe(plan: RunPlan, state: ResumeState, concurrency: int) -> str:
+def _describe(plan: RunPlan, state: ResumeState, backend: ExecutionBackend) -> str:
     """The line the display starts with: what runs, how many, where it goes."""
     samples = plan.samples
     to_run = state.to_run(plan.rollouts)
@@ -98,9 +98,11 @@ def _describe(plan: RunPlan, state: ResumeState, concurrency: int) -> str:
         f"{to_run} "
         + ("rows" if samples == 1 else f"rollouts ({samples} samples per row)")
         + (f" ({state.kept} kept from before)" if state.kept else ""),
-        f"concurrency {concurrency}",
+        f"concurrency {backend.max_concurrency}",
         f"output {plan.paths.results}",
     ]
+    if note := backend.setup_note():
+        parts.append(note)
     if plan.problems:
         parts.append(f"{len(plan.problems)} bad rows recorded as validation errors")
     if state.repaired:
@@ -139,9 +141,7 @@ def _run_rows(
                 loop = asyncio.get_running_loop()
                 signals.enter_context(interrupts_handled(loop, interrupt, display.stop))
                 write_manifest(plan.paths.manifest, plan.manifest)
-                display.start(
-                    state.to_run(plan.rollouts), _describe(plan, state, backend.max_concurrency)
-                )
+                display.start(state.to_run(plan.rollouts), _describe(plan, state, backend))
                 if state.note:
                     display.message(state.note)
                 items = work_items(

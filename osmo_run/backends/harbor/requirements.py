@@ -77,6 +77,24 @@ class RequirementSet:
         """A hash of the set (order-independent), for caches and image tags."""
         return hashlib.sha256("\n".join(sorted(self.requirements)).encode()).hexdigest()
 
+    def for_interpreter(self, environment: dict[str, str]) -> RequirementSet:
+        """The requirements whose environment markers hold for the trial's interpreter
+        (``environment``: PEP 508 marker variables), their markers dropped.
+
+        pip evaluates markers for the Python it runs on, even when it downloads for
+        another (``--python-version``); so they are decided here, for the trial's.
+        """
+        kept: list[str] = []
+        for text in self.requirements:
+            requirement = Requirement(text)
+            if requirement.marker is not None:
+                if not requirement.marker.evaluate(environment):
+                    continue
+                requirement.marker = None
+            if str(requirement) not in kept:
+                kept.append(str(requirement))
+        return RequirementSet(tuple(kept))
+
 
 def _parse(text: str, where: str) -> Requirement:
     try:

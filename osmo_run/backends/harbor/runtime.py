@@ -7,10 +7,12 @@ caches and VCS data) and then uploaded to each trial, or baked into the prebuilt
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import osmo_run
@@ -81,60 +83,192 @@ def stage_runtime(dest: Path) -> Path:
     return dest
 
 
+SECRET_NAMES = (
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "*.kdbx",
+    "*.ovpn",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "_netrc",
+    "credentials",
+    "credentials.json",
+    "*.credentials",
+    "service-account*.json",
+    "secrets.json",
+    "secrets.yaml",
+    "secrets.yml",
+    "secrets.toml",
+    "*.env",
+)
+"""File names (globs, case-insensitive) never staged unless ``code.include`` names them:
+keys, certificates and credential stores (dot-files such as ``.env``, ``.netrc`` and
+``.ssh/`` are left out as dot-files)."""
+
+
+@dataclass(frozen=True)
+class StagedCode:
+    """What :func:`stage_user_code` copied: ``files`` and ``size`` (bytes); ``from_git``
+    when the files are those git would commit; ``left_out``: names that kept files out
+    (sorted; dot-files, secret-looking names, and outside git :data:`EXCLUDED_NAMES`)."""
+
+    source: Path
+    files: int
+    size: int
+    from_git: bool
+    left_out: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One clause for the run's first line."""
+        kind = "as git would commit them" if self.from_git else "not a git work tree"
+        text = f"code: {self.files} files ({_size(self.size)}) staged from {self.source}, {kind}"
+        if self.left_out:
+            shown = ", ".join(self.left_out[:8]) + (" …" if len(self.left_out) > 8 else "")
+            text += f"; left out: {shown} (code.include adds files)"
+        return text
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / 2**20:.1f} MB"
+
+
+def _git(source: Path, *args: str) -> bytes:
+    return subprocess.run(
+        ["git", "-C", str(source), *args],
+        capture_output=True,
+        check=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    ).stdout
+
+
+def _enclosing_repository(source: Path) -> Path | None:
+    """The nearest directory at or above ``source`` holding a ``.git`` entry, if any."""
+    for directory in (source, *source.parents):
+        if os.path.lexists(directory / ".git"):
+            return directory
+    return None
+
+
 def _git_files(source: Path) -> list[Path] | None:
-    """Files git would commit under ``source`` (tracked, or untracked and not ignored);
-    ``None`` when ``source`` is not in a git work tree."""
-    try:
-        listing = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(source),
-                "ls-files",
-                "-z",
-                "--cached",
-                "--others",
-                "--exclude-standard",
-            ],
-            capture_output=True,
-            check=True,
-            timeout=60,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    """Files git would commit under ``source``: tracked ones, submodules' included, and
+    untracked ones git does not ignore; ``None`` when ``source`` is in no repository.
+
+    Raises :class:`InputError` when ``source`` is in a repository git cannot read (owned
+    by another user, ``safe.directory``; or no git installed): staging every file instead
+    would ignore ``.gitignore`` and could bake secrets into the trial's image.
+    """
+    repository = _enclosing_repository(source)
+    if repository is None:
         return None
-    return [Path(name) for name in listing.decode("utf-8", "surrogateescape").split("\0") if name]
+    try:
+        tracked = _git(source, "ls-files", "-z", "--cached", "--recurse-submodules")
+        untracked = _git(source, "ls-files", "-z", "--others", "--exclude-standard")
+    except FileNotFoundError:
+        raise InputError(
+            f"{source}: it is in the git repository {repository}, but git is not installed "
+            "here; install git so osmo-run stages the files git would commit (not .gitignored "
+            "ones), or pass a --user-code-dir outside the repository"
+        ) from None
+    except subprocess.CalledProcessError as exc:
+        said = exc.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = said[0].removeprefix("fatal: ") if said else f"exit {exc.returncode}"
+        raise InputError(
+            f"{source}: git cannot read the repository {repository} ({reason}); run "
+            f"`git config --global --add safe.directory {repository}` or give the checkout "
+            "to the user running osmo-run, so only the files git would commit are staged"
+        ) from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InputError(f"{source}: cannot list the files git would commit: {exc}") from None
+    names = (tracked + b"\0" + untracked).split(b"\0")
+    return [Path(os.fsdecode(name)) for name in dict.fromkeys(names) if name]
 
 
-def _walk_files(source: Path) -> list[Path]:
+def _walk_files(source: Path, include: tuple[str, ...]) -> list[Path]:
+    """Every regular file under ``source``; a directory whose name is left out by default
+    is entered only when an ``include`` pattern may reach into it."""
     files = []
     for root, dirs, names in os.walk(source):
-        dirs[:] = [d for d in dirs if d not in _ignore(root, dirs)]
-        kept = set(names) - _ignore(root, names)
-        files += [Path(root, name).relative_to(source) for name in sorted(kept)]
+        relative_root = Path(root).relative_to(source)
+        dirs[:] = [
+            d
+            for d in dirs
+            if d not in (".git", ".hg", ".svn")
+            and not Path(root, d).is_symlink()
+            and (
+                _left_out_by(relative_root / d, from_git=False) is None
+                or _may_include(relative_root / d, include)
+            )
+        ]
+        files += [relative_root / name for name in sorted(names)]
     return files
 
 
-def stage_user_code(source: Path, dest: Path) -> Path:
-    """Copy the user's code from ``source`` to ``dest``: in a git work tree the files git
-    would commit (so .gitignore applies), elsewhere every file; never caches, virtual
-    environments, VCS data or links.
+def _may_include(directory: Path, include: tuple[str, ...]) -> bool:
+    prefix = directory.as_posix() + "/"
+    return any(p.startswith((prefix, "*", "?", "[")) for p in include)
 
-    Raises :class:`InputError` when ``source`` is not a directory or the files exceed
-    ``MAX_CODE_BYTES`` (checked before anything is copied).
+
+def _left_out_by(relative: Path, *, from_git: bool) -> str | None:
+    """The name that keeps ``relative`` out of the staged code, or ``None``: a dot-file or
+    dot-directory, a secret-looking file name, and (outside git, where ``.gitignore`` says
+    nothing) a cache or virtual environment name."""
+    for part in relative.parts:
+        if part.startswith("."):
+            return part
+        if not from_git and part in EXCLUDED_NAMES:
+            return part
+    name = relative.name.lower()
+    if name.endswith((".pyc", ".egg-info")) and not from_git:
+        return "*" + Path(name).suffix
+    return next((p for p in SECRET_NAMES if fnmatch.fnmatchcase(name, p)), None)
+
+
+def _included(relative: Path, include: tuple[str, ...]) -> bool:
+    text = relative.as_posix()
+    return any(fnmatch.fnmatchcase(text, pattern) for pattern in include)
+
+
+def stage_user_code(source: Path, dest: Path, include: tuple[str, ...] = ()) -> StagedCode:
+    """Copy the user's code from ``source`` to ``dest`` and say what was copied.
+
+    In a git work tree: the files git would commit (``.gitignore`` applies; submodules'
+    files included); elsewhere every file but caches and virtual environments
+    (:data:`EXCLUDED_NAMES`). Either way never dot-files, secret-looking names
+    (:data:`SECRET_NAMES`) unless an ``include`` glob (relative to ``source``) names them,
+    nor links or VCS data.
+
+    Raises :class:`InputError` when ``source`` is not a directory, is in a repository git
+    cannot read, or the files exceed ``MAX_CODE_BYTES`` (checked before anything is
+    copied).
     """
     if not source.is_dir():
         raise InputError(f"{source}: --user-code-dir must be a directory")
-    files = _git_files(source)
-    if not files:  # not a work tree, or a directory git ignores whole: take every file
-        files = _walk_files(source)
-    files = [
-        f
-        for f in files
-        if not set(f.parts) & EXCLUDED_NAMES
-        and not f.name.endswith(".pyc")
-        and (source / f).is_file()
-        and not (source / f).is_symlink()
-    ]
+    listed = _git_files(source)
+    from_git = bool(listed)
+    if not listed:  # not a work tree, or a directory git ignores whole: take every file
+        listed = _walk_files(source, include)
+    files: list[Path] = []
+    left_out: set[str] = set()
+    for relative in listed:
+        path = source / relative
+        if path.is_symlink() or not path.is_file() or ".git" in relative.parts:
+            continue
+        reason = _left_out_by(relative, from_git=from_git)
+        if reason is not None and not _included(relative, include):
+            left_out.add(reason)
+            continue
+        files.append(relative)
     size = sum((source / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise InputError(
@@ -147,7 +281,7 @@ def stage_user_code(source: Path, dest: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / relative, target)
     dest.mkdir(parents=True, exist_ok=True)
-    return dest
+    return StagedCode(source, len(files), size, from_git, tuple(sorted(left_out)))
 
 
 def tree_digest(*roots: Path) -> str:
@@ -155,6 +289,6 @@ def tree_digest(*roots: Path) -> str:
     digest = hashlib.sha256()
     for root in roots:
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            digest.update(str(path.relative_to(root)).encode())
+            digest.update(os.fsencode(path.relative_to(root)))  # names need not be UTF-8
             digest.update(path.read_bytes())
     return digest.hexdigest()
