@@ -194,24 +194,27 @@ def _git_files(source: Path) -> list[Path] | None:
     return [Path(os.fsdecode(name)) for name in dict.fromkeys(names) if name]
 
 
-def _walk_files(source: Path, include: tuple[str, ...]) -> list[Path]:
-    """Every regular file under ``source``; a directory whose name is left out by default
-    is entered only when an ``include`` pattern may reach into it."""
-    files = []
+def _walk_files(source: Path, include: tuple[str, ...]) -> tuple[list[Path], set[str]]:
+    """Every regular file under ``source``, and the names of the directories left out: one
+    whose name is left out by default is entered only when an ``include`` pattern may
+    reach into it."""
+    files: list[Path] = []
+    pruned: set[str] = set()
     for root, dirs, names in os.walk(source):
         relative_root = Path(root).relative_to(source)
-        dirs[:] = [
-            d
-            for d in dirs
-            if d not in (".git", ".hg", ".svn")
-            and not Path(root, d).is_symlink()
-            and (
-                _left_out_by(relative_root / d, from_git=False) is None
-                or _may_include(relative_root / d, include)
-            )
-        ]
+        kept = []
+        for name in dirs:
+            relative = relative_root / name
+            reason = _left_out_by(relative, from_git=False)
+            if name in (".git", ".hg", ".svn") or Path(root, name).is_symlink():
+                continue
+            if reason is not None and not _may_include(relative, include):
+                pruned.add(reason)
+                continue
+            kept.append(name)
+        dirs[:] = kept
         files += [relative_root / name for name in sorted(names)]
-    return files
+    return files, pruned
 
 
 def _may_include(directory: Path, include: tuple[str, ...]) -> bool:
@@ -256,10 +259,10 @@ def stage_user_code(source: Path, dest: Path, include: tuple[str, ...] = ()) -> 
         raise InputError(f"{source}: --user-code-dir must be a directory")
     listed = _git_files(source)
     from_git = bool(listed)
-    if not listed:  # not a work tree, or a directory git ignores whole: take every file
-        listed = _walk_files(source, include)
-    files: list[Path] = []
     left_out: set[str] = set()
+    if not listed:  # not a work tree, or a directory git ignores whole: take every file
+        listed, left_out = _walk_files(source, include)
+    files: list[Path] = []
     for relative in listed:
         path = source / relative
         if path.is_symlink() or not path.is_file() or ".git" in relative.parts:
