@@ -131,6 +131,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             judge_api_key_env=spec.judge.api_key_env if spec.judge else None,
             requirements=requirements,
             code_include=tuple(spec.code.include),
+            secrets=context.secrets,
         )
 
     return make_backend

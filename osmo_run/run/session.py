@@ -49,7 +49,9 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         console = Console(file=console.file, highlight=False, color_system=None)
     with contextlib.ExitStack() as started:  # what the run starts, stopped when it ends
         plan = _start_model_server(plan, started)
-        context = BackendContext(plan.paths, plan.manifest.run_id, plan.llm, plan.judge)
+        context = BackendContext(
+            plan.paths, plan.manifest.run_id, plan.llm, plan.judge, plan.secrets
+        )
         backend = make_backend(context)
         display = make_display(settings.display, console)
         # --json: stdout holds the verdict alone; what workflows print goes to stderr

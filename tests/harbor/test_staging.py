@@ -104,6 +104,7 @@ def plain_dir_run(docker_engine: None, tmp_path_factory: pytest.TempPathFactory)
             "deploy/id_ed25519": SECRET,
             "venv/lib/site.py": "",
             ".config/app.toml": "included = true\n",
+            ".\x1b[2Jcleared/notes.txt": "a directory name that clears a terminal\n",
         },
     )
     (code / os.fsdecode(b"caf\xe9.txt")).write_text("latin-1 name\n")
@@ -135,6 +136,8 @@ def test_first_line_says_what_was_staged_and_left_out(plain_dir_run: HarborRun) 
     assert "not a git work tree" in first, first
     for name in (".aws", ".env", ".ssh", "*.pem", "id_ed25519*", "venv"):
         assert name in first, (name, first)
+    assert "\x1b" not in plain_dir_run.stdout
+    assert ".\\x1b[2Jcleared" in first, first
 
 
 def test_no_staging_copy_survives(plain_dir_run: HarborRun) -> None:
@@ -207,3 +210,19 @@ def test_repository_git_cannot_read_is_refused(tmp_path: Path, prebuild: str) ->
     assert run.rows == {}
     assert _leftover_staging(tmp_path) == []
     assert SECRET not in _everything_said(run)
+
+
+def test_file_holding_a_secret_of_the_run_is_refused(tmp_path: Path) -> None:
+    """A value the run masks (here an ``--env-file`` one) in a file of the code dir would
+    be baked into every trial: the run stops before staging, naming the file only."""
+    code = _code_dir(tmp_path / "code", {"settings.py": f'TOKEN = "{SECRET}"\n'})
+    env_file = tmp_path / "tool.env"
+    env_file.write_text(f"TOOL_TOKEN={SECRET}\n")
+    rows = [{"id": "list", "prompt": "list", "label": "x"}]
+    env = _env(tmp_path)
+    run = run_harbor(tmp_path, rows, _spec(code), "--env-file", str(env_file), env=env)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert len(run.error_lines) == 1, run.stderr
+    assert run.error_lines[0].startswith(f"error: {code / 'settings.py'}: holds a secret")
+    assert SECRET not in _everything_said(run)
+    assert _leftover_staging(tmp_path) == []

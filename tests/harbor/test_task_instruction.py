@@ -72,11 +72,17 @@ def test_two_tasks_of_one_name_each_keep_their_instruction(tmp_path: Path) -> No
     assert dataset_a.parent.stat().st_mode & 0o077 == 0
 
 
-def test_instruction_not_utf8_is_one_line(tmp_path: Path) -> None:
-    task = _task(tmp_path, b"caf\xe9 \xff instruction\n")
+@pytest.mark.parametrize(
+    ("instruction", "where"),
+    [
+        (b"caf\xe9 \xff instruction\n", "byte 0xe9 at offset 3"),
+        (b"a lone surrogate \xed\xa0\x80 encoded\n", "byte 0xed at offset 17"),
+    ],
+)
+def test_instruction_not_utf8_is_one_line(tmp_path: Path, instruction: bytes, where: str) -> None:
+    task = _task(tmp_path, instruction)
     run = _run(tmp_path / "run", task, tmp_path / "shared")
     assert run.returncode == 2, run.stderr
     assert run.error_lines == [
-        f"error: {task / 'instruction.md'}: is not UTF-8 text (byte 0xe9 at offset 3); "
-        "save it as UTF-8"
+        f"error: {task / 'instruction.md'}: is not UTF-8 text ({where}); save it as UTF-8"
     ]

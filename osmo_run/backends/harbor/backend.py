@@ -141,6 +141,7 @@ class HarborBackend(ExecutionBackend):
         requirements: RequirementOptions | None = None,
         preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
         code_include: tuple[str, ...] = (),
+        secrets: tuple[str, ...] = (),
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -153,6 +154,7 @@ class HarborBackend(ExecutionBackend):
         self._tasks_root = tasks_root.resolve() if tasks_root else None
         self._user_code_dir = (user_code_dir or Path.cwd()).resolve()
         self._code_include = code_include
+        self._secrets = secrets
         self._staged: StagedCode | None = None
         self._environment = environment_config or EnvironmentConfig(type=EnvironmentType.DOCKER)
         self._is_docker = is_local_docker(self._environment)
@@ -240,7 +242,9 @@ class HarborBackend(ExecutionBackend):
         """Stage the runtime and the code under ``staging``, then build the prebuilt image
         (see :meth:`prepare`, which removes ``staging`` when this raises)."""
         stage_runtime(staging / "runtime")
-        self._staged = stage_user_code(self._user_code_dir, staging / "code", self._code_include)
+        self._staged = stage_user_code(
+            self._user_code_dir, staging / "code", self._code_include, self._secrets
+        )
         (staging / "inputs").mkdir()
         self._setup = TrialSetup(
             workflow_path=self._workflow_path,

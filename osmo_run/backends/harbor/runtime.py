@@ -127,11 +127,20 @@ class StagedCode:
     def describe(self) -> str:
         """One clause for the run's first line."""
         kind = "as git would commit them" if self.from_git else "not a git work tree"
-        text = f"code: {self.files} files ({_size(self.size)}) staged from {self.source}, {kind}"
+        source = _printable(str(self.source))
+        text = f"code: {self.files} files ({_size(self.size)}) staged from {source}, {kind}"
         if self.left_out:
-            shown = ", ".join(self.left_out[:8]) + (" …" if len(self.left_out) > 8 else "")
+            names = [_printable(name) for name in self.left_out[:8]]
+            shown = ", ".join(names) + (" …" if len(self.left_out) > 8 else "")
             text += f"; left out: {shown} (code.include adds files)"
         return text
+
+
+def _printable(name: str) -> str:
+    """``name`` safe on a terminal: control characters and undecodable bytes escaped."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
 
 
 def _size(size: int) -> str:
@@ -242,7 +251,21 @@ def _included(relative: Path, include: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(text, pattern) for pattern in include)
 
 
-def stage_user_code(source: Path, dest: Path, include: tuple[str, ...] = ()) -> StagedCode:
+def _holding_secret(source: Path, files: list[Path], secrets: tuple[str, ...]) -> Path | None:
+    """The first of ``files`` whose bytes contain one of ``secrets`` (8+ characters)."""
+    needles = [s.encode("utf-8", "surrogateescape") for s in secrets if len(s) >= 8]
+    if not needles:
+        return None
+    for relative in files:
+        data = (source / relative).read_bytes()
+        if any(needle in data for needle in needles):
+            return relative
+    return None
+
+
+def stage_user_code(
+    source: Path, dest: Path, include: tuple[str, ...] = (), secrets: tuple[str, ...] = ()
+) -> StagedCode:
     """Copy the user's code from ``source`` to ``dest`` and say what was copied.
 
     In a git work tree: the files git would commit (``.gitignore`` applies; submodules'
@@ -252,8 +275,9 @@ def stage_user_code(source: Path, dest: Path, include: tuple[str, ...] = ()) -> 
     nor links or VCS data.
 
     Raises :class:`InputError` when ``source`` is not a directory, is in a repository git
-    cannot read, or the files exceed ``MAX_CODE_BYTES`` (checked before anything is
-    copied).
+    cannot read, the files exceed ``MAX_CODE_BYTES``, or one of them holds one of
+    ``secrets`` (the run's API keys: they reach trials through the environment only);
+    all checked before anything is copied.
     """
     if not source.is_dir():
         raise InputError(f"{source}: --user-code-dir must be a directory")
@@ -278,6 +302,14 @@ def stage_user_code(source: Path, dest: Path, include: tuple[str, ...] = ()) -> 
             f"{source}: the user code directory holds {size / 2**20:.0f} MB after leaving out "
             "ignored files, caches and virtual environments; pass a narrower --user-code-dir "
             "(the directory holding your workflow's package)"
+        )
+    holder = _holding_secret(source, files, secrets)
+    if holder is not None:
+        raise InputError(
+            f"{_printable(str(source / holder))}: holds a secret this run masks (an API key "
+            "or an --env-file value), and would be copied into every trial; remove it from "
+            "the file (trials get keys through the environment), or move the file out of "
+            "the code dir"
         )
     for relative in files:
         target = dest / relative
