@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -227,8 +228,14 @@ def _walk_files(source: Path, include: tuple[str, ...]) -> tuple[list[Path], set
 
 
 def _may_include(directory: Path, include: tuple[str, ...]) -> bool:
-    prefix = directory.as_posix() + "/"
-    return any(p.startswith((prefix, "*", "?", "[")) for p in include)
+    """Whether a file under ``directory`` may match one of ``include``: a pattern's part
+    before its first wildcard leads into it, or stops above it (``*`` matches ``/`` too)."""
+    inside = directory.as_posix() + "/"
+    for pattern in include:
+        literal = re.split(r"[*?\[]", pattern, maxsplit=1)[0]
+        if literal.startswith(inside) or inside.startswith(literal):
+            return True
+    return False
 
 
 def _left_out_by(relative: Path, *, from_git: bool) -> str | None:
