@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harbor.conftest import CALCULATOR_TASK, HERE, HarborRun, cli_env, run_harbor
+from tests.harbor.conftest import (
+    CALCULATOR_TASK,
+    HERE,
+    OSMO_RUN,
+    HarborRun,
+    cli_env,
+    run_harbor,
+    stop_process,
+    write_inputs,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -225,4 +236,36 @@ def test_file_holding_a_secret_of_the_run_is_refused(tmp_path: Path) -> None:
     assert len(run.error_lines) == 1, run.stderr
     assert run.error_lines[0].startswith(f"error: {code / 'settings.py'}: holds a secret")
     assert SECRET not in _everything_said(run)
+    assert _leftover_staging(tmp_path) == []
+
+
+def test_ctrl_c_while_the_image_builds_leaves_no_staging_copy(tmp_path: Path) -> None:
+    """Ctrl-C once the prebuilt image's build context exists: the run ends at once and
+    neither the staging copy nor the build context survives."""
+    code = _code_dir(tmp_path / "code", {"unique.txt": f"{time.time_ns()}\n"})
+    (code / "blob.bin").write_bytes(os.urandom(20 * 2**20))  # a build that takes a while
+    rows = [{"id": "list", "prompt": "list", "label": "x"}]
+    command = [str(OSMO_RUN), "harbor", *write_inputs(tmp_path, rows, _spec(code))]
+    command += ["-o", str(tmp_path / "out" / "results.jsonl"), "--display", "plain"]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(name.startswith("osmo-run-image-") for name in _leftover_staging(tmp_path)):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the image build never started"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        stop_process(process)
+    assert process.returncode in (2, 130), stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
     assert _leftover_staging(tmp_path) == []
