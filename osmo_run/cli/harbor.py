@@ -100,6 +100,21 @@ def _identity(harbor: HarborSpec) -> dict[str, Any]:
     }
 
 
+def _run_files(context: BackendContext) -> tuple[Path, ...]:
+    """Where the run writes (its directory, or its files when that is the code dir)."""
+    paths = context.paths
+    return (
+        paths.directory,
+        paths.results,
+        paths.summary,
+        paths.manifest,
+        paths.attempts,
+        paths.errors,
+        paths.artifacts,
+        paths.trials,
+    )
+
+
 def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None) -> BackendFactory:
     """Makes the run's HarborBackend once the run knows its paths and endpoints;
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
@@ -132,6 +147,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             requirements=requirements,
             code_include=tuple(spec.code.include),
             secrets=context.secrets,
+            output_paths=_run_files(context),
         )
 
     return make_backend

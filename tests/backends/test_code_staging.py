@@ -172,3 +172,29 @@ def test_a_repository_git_cannot_read_is_refused(
     with pytest.raises(InputError, match=r"safe\.directory"):
         stage_user_code(source, tmp_path / "staged")
     assert not (tmp_path / "staged").exists()
+
+
+@pytest.mark.parametrize("in_git", [True, False])
+def test_the_runs_own_output_inside_the_code_dir_is_never_staged(
+    tmp_path: Path, in_git: bool
+) -> None:
+    """``-o`` inside the code dir (a git tree that does not ignore it, or no git): the
+    run's directory, its results beside the code, and its trials stay out."""
+    source = tmp_path / "code"
+    source.mkdir()
+    if in_git:
+        _git(source, "init", "-q")
+    _tree(
+        source,
+        [
+            Path("flow.py"),
+            Path("out/results.jsonl"),
+            Path("results.jsonl"),
+            Path("results.manifest.json"),
+            Path("trials/t1/agent/log.txt"),
+        ],
+    )
+    skip = (source / "out", source / "results.jsonl", source / "results.manifest.json")
+    staged = stage_user_code(source, tmp_path / "staged", skip=(*skip, source / "trials"))
+    assert _staged(tmp_path / "staged") == {Path("flow.py")}
+    assert staged.files == 1

@@ -142,6 +142,7 @@ class HarborBackend(ExecutionBackend):
         preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
         code_include: tuple[str, ...] = (),
         secrets: tuple[str, ...] = (),
+        output_paths: tuple[Path, ...] = (),
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -155,6 +156,7 @@ class HarborBackend(ExecutionBackend):
         self._user_code_dir = (user_code_dir or Path.cwd()).resolve()
         self._code_include = code_include
         self._secrets = secrets
+        self._output_paths = output_paths
         self._staged: StagedCode | None = None
         self._environment = environment_config or EnvironmentConfig(type=EnvironmentType.DOCKER)
         self._is_docker = is_local_docker(self._environment)
@@ -243,7 +245,11 @@ class HarborBackend(ExecutionBackend):
         (see :meth:`prepare`, which removes ``staging`` when this raises)."""
         stage_runtime(staging / "runtime")
         self._staged = stage_user_code(
-            self._user_code_dir, staging / "code", self._code_include, self._secrets
+            self._user_code_dir,
+            staging / "code",
+            self._code_include,
+            self._secrets,
+            skip=(self._trials_dir, *self._output_paths),
         )
         (staging / "inputs").mkdir()
         self._setup = TrialSetup(

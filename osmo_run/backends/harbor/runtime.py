@@ -270,8 +270,22 @@ def _holding_secret(source: Path, files: list[Path], secrets: tuple[str, ...]) -
     return None
 
 
+def _inside(source: Path, paths: tuple[Path, ...]) -> list[tuple[str, ...]]:
+    """The parts (relative to ``source``) of those ``paths`` that are inside it."""
+    found = []
+    for path in paths:
+        resolved = path.resolve()
+        if resolved.is_relative_to(source) and resolved != source:
+            found.append(resolved.relative_to(source).parts)
+    return found
+
+
 def stage_user_code(
-    source: Path, dest: Path, include: tuple[str, ...] = (), secrets: tuple[str, ...] = ()
+    source: Path,
+    dest: Path,
+    include: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
+    skip: tuple[Path, ...] = (),
 ) -> StagedCode:
     """Copy the user's code from ``source`` to ``dest`` and say what was copied.
 
@@ -279,7 +293,8 @@ def stage_user_code(
     files included); elsewhere every file but caches and virtual environments
     (:data:`EXCLUDED_NAMES`). Either way never dot-files, secret-looking names
     (:data:`SECRET_NAMES`) unless an ``include`` glob (relative to ``source``) names them,
-    nor links or VCS data.
+    nor links or VCS data, nor the files and directories ``skip`` names (the run's own
+    output and trials, when they are inside ``source``).
 
     Raises :class:`InputError` when ``source`` is not a directory, is in a repository git
     cannot read, the files exceed ``MAX_CODE_BYTES``, or one of them holds one of
@@ -288,6 +303,8 @@ def stage_user_code(
     """
     if not source.is_dir():
         raise InputError(f"{source}: --user-code-dir must be a directory")
+    source = source.resolve()
+    skipped = _inside(source, skip)
     listed = _git_files(source)
     from_git = bool(listed)
     left_out: set[str] = set()
@@ -298,6 +315,8 @@ def stage_user_code(
         path = source / relative
         if path.is_symlink() or not path.is_file() or ".git" in relative.parts:
             continue
+        if any(relative.parts[: len(parts)] == parts for parts in skipped):
+            continue  # the run's own output: never input of its trials
         reason = _left_out_by(relative, from_git=from_git)
         if reason is not None and not _included(relative, include):
             left_out.add(reason)
