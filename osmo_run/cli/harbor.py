@@ -43,10 +43,11 @@ def _instruction_dataset(task_dir: Path) -> Path:
     task's instruction and no planted link is ever read or written; when the cache
     cannot be written, in a private directory of its own.
 
-    Raises :class:`TaskDirError` when the instruction cannot be read or is not UTF-8.
+    Raises :class:`TaskDirError` when the instruction cannot be read or is not UTF-8, and
+    :class:`InputError` when neither place can be written.
     """
     from osmo_run.backends.harbor.cache import cache_dir
-    from osmo_run.errors import TaskDirError
+    from osmo_run.errors import InputError, TaskDirError
 
     instruction = task_dir / "instruction.md"
     try:
@@ -65,8 +66,16 @@ def _instruction_dataset(task_dir: Path) -> Path:
     try:
         return _write_private(cache_dir() / "instructions" / digest, task_dir.name, content)
     except OSError:
+        pass
+    try:
         private = Path(tempfile.mkdtemp(prefix="osmo-run-instruction-"))
         return _write_private(private, task_dir.name, content)
+    except OSError as exc:
+        raise InputError(
+            f"{instruction}: cannot write it as a one-row dataset: neither osmo-run's cache "
+            f"({cache_dir()}) nor the temporary directory is writable ({exc.strerror}); set "
+            "OSMO_RUN_CACHE_DIR to a writable directory, or pass a dataset"
+        ) from None
 
 
 def _write_private(directory: Path, name: str, content: bytes) -> Path:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from osmo_run.backends.harbor.requirements import RequirementSet
 from osmo_run.backends.harbor.wheelhouse import TargetPython
+from osmo_run.errors import RequirementsError
 from tests.harbor.conftest import CALCULATOR_TASK, HERE, OSMO_RUN, cli_env, run_harbor, write_inputs
 
 MARKED = ["pyyaml; python_version >= '3.12'", "six; python_version < '3.12'"]
@@ -92,3 +93,10 @@ def test_markers_follow_the_target_not_the_host(minor: int, bound: int, machine:
     expected = ["below"] if minor < bound else []
     expected += ["arm"] if machine == "aarch64" else []
     assert list(kept) == [*expected, "always"]
+
+
+@pytest.mark.parametrize("marker", ["python_version ~= 'abc'", "python_full_version ~= 'x.y'"])
+def test_a_marker_that_cannot_be_decided_is_one_requirements_error(marker: str) -> None:
+    target = TargetPython("3.11", ("manylinux_2_36_x86_64",), full_version="3.11.2")
+    with pytest.raises(RequirementsError, match="cannot be decided for the trial's Python"):
+        RequirementSet((f"six; {marker}",)).for_interpreter(target.marker_environment())
