@@ -86,3 +86,22 @@ def test_instruction_not_utf8_is_one_line(tmp_path: Path, instruction: bytes, wh
     assert run.error_lines == [
         f"error: {task / 'instruction.md'}: is not UTF-8 text ({where}); save it as UTF-8"
     ]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_unwritable_cache_still_runs_the_instruction_from_a_private_directory(
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path, b"INSTRUCTION C\n")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory\n")
+    env = cli_env(OSMO_RUN_CACHE_DIR=str(blocked / "cache"))
+    run = run_harbor(tmp_path / "run", None, _spec(task), env=env, timeout=600)
+    dataset = _dataset_of(run)
+    try:
+        assert run.rows["mytask"]["info"]["prompt"] == "INSTRUCTION C\n", run.stderr
+        assert dataset.parent.name.startswith("osmo-run-instruction-")
+        assert dataset.parent.stat().st_mode & 0o077 == 0
+    finally:
+        shutil.rmtree(dataset.parent, ignore_errors=True)
