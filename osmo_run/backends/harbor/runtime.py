@@ -322,6 +322,26 @@ def stage_user_code(
             left_out.add(reason)
             continue
         files.append(relative)
+    try:
+        return _copy_checked(source, dest, files, secrets, from_git, left_out)
+    except OSError as exc:
+        where = _printable(exc.filename or str(source))
+        raise InputError(
+            f"{where}: cannot stage it for the trials ({exc.strerror or exc}); make it "
+            "readable, or move it out of the code dir"
+        ) from None
+
+
+def _copy_checked(
+    source: Path,
+    dest: Path,
+    files: list[Path],
+    secrets: tuple[str, ...],
+    from_git: bool,
+    left_out: set[str],
+) -> StagedCode:
+    """Copy ``files`` once they pass the size and secret checks (see
+    :func:`stage_user_code`); an unreadable file raises :class:`OSError`."""
     size = sum((source / f).stat().st_size for f in files)
     if size > MAX_CODE_BYTES:
         raise InputError(
