@@ -324,8 +324,9 @@ class CodeSpec(_Strict):
     look like secrets (``*.pem``, ``*.key``, ``id_rsa*``, ``.netrc``, ``credentials``…)
     are never staged unless ``include`` names them."""
 
-    include: list[Annotated[str, Field(min_length=1)]] = Field(
+    include: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         default_factory=list,
+        max_length=1000,
         description="Glob patterns (relative to the code dir, e.g. '.config/app.toml' or "
         "'certs/*.pem') of files to stage although their names are left out by default",
     )
