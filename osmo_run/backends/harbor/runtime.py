@@ -124,12 +124,17 @@ class StagedCode:
     size: int
     from_git: bool
     left_out: tuple[str, ...] = ()
+    ignored_by_git: bool = False
+    """In a work tree whose git lists none of it (ignored whole): taken by name rules."""
 
     def describe(self) -> str:
         """One clause for the run's first line."""
         kind = "as git would commit them" if self.from_git else "not a git work tree"
+        if self.ignored_by_git:
+            kind = "git ignores all of it, so by name"
         source = _printable(str(self.source))
-        text = f"code: {self.files} files ({_size(self.size)}) staged from {source}, {kind}"
+        files = f"{self.files} file{'' if self.files == 1 else 's'}"
+        text = f"code: {files} ({_size(self.size)}) staged from {source}, {kind}"
         if self.left_out:
             names = [_printable(name) for name in self.left_out[:8]]
             shown = ", ".join(names) + (" …" if len(self.left_out) > 8 else "")
@@ -305,7 +310,7 @@ def stage_user_code(
         raise InputError(f"{source}: --user-code-dir must be a directory")
     source = source.resolve()
     skipped = _inside(source, skip)
-    listed = _git_files(source)
+    listed = listed_by_git = _git_files(source)
     from_git = bool(listed)
     left_out: set[str] = set()
     if not listed:  # not a work tree, or a directory git ignores whole: take every file
@@ -322,8 +327,9 @@ def stage_user_code(
             left_out.add(reason)
             continue
         files.append(relative)
+    ignored = listed_by_git is not None and not from_git
     try:
-        return _copy_checked(source, dest, files, secrets, from_git, left_out)
+        return _copy_checked(source, dest, files, secrets, from_git, left_out, ignored)
     except OSError as exc:
         where = _printable(exc.filename or str(source))
         raise InputError(
@@ -339,6 +345,7 @@ def _copy_checked(
     secrets: tuple[str, ...],
     from_git: bool,
     left_out: set[str],
+    ignored: bool,
 ) -> StagedCode:
     """Copy ``files`` once they pass the size and secret checks (see
     :func:`stage_user_code`); an unreadable file raises :class:`OSError`."""
@@ -362,7 +369,7 @@ def _copy_checked(
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / relative, target)
     dest.mkdir(parents=True, exist_ok=True)
-    return StagedCode(source, len(files), size, from_git, tuple(sorted(left_out)))
+    return StagedCode(source, len(files), size, from_git, tuple(sorted(left_out)), ignored)
 
 
 def tree_digest(*roots: Path) -> str:
