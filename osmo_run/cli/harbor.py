@@ -109,10 +109,12 @@ def _identity(harbor: HarborSpec) -> dict[str, Any]:
     }
 
 
-def _run_files(context: BackendContext) -> tuple[Path, ...]:
-    """Where the run writes (its directory, or its files when that is the code dir)."""
+def _never_staged(context: BackendContext, dataset: Path) -> tuple[Path, ...]:
+    """What trials must not get even inside the code dir: the dataset (its labels) and
+    where the run writes (its directory, or its files when that is the code dir)."""
     paths = context.paths
     return (
+        dataset,
         paths.directory,
         paths.results,
         paths.summary,
@@ -124,7 +126,9 @@ def _run_files(context: BackendContext) -> tuple[Path, ...]:
     )
 
 
-def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None) -> BackendFactory:
+def _backend_factory(
+    spec: RunSpec, environment: Any, user_code_dir: Path | None, dataset: Path
+) -> BackendFactory:
     """Makes the run's HarborBackend once the run knows its paths and endpoints;
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
     from osmo_run.backends.harbor import HarborBackend
@@ -156,7 +160,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             requirements=requirements,
             code_include=tuple(spec.code.include),
             secrets=context.secrets,
-            output_paths=_run_files(context),
+            never_staged=_never_staged(context, dataset),
         )
 
     return make_backend
@@ -266,4 +270,4 @@ def harbor(
         info={"prebuild": task.prebuild, "keep_trials": task.keep_trials},
     )
 
-    launch(settings, _backend_factory(spec, environment, user_code_dir))
+    launch(settings, _backend_factory(spec, environment, user_code_dir, dataset))

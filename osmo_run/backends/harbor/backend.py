@@ -111,7 +111,11 @@ class HarborBackend(ExecutionBackend):
     what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
     resolved before any row and baked into the prebuilt image or uploaded at setup.
     ``preflight_timeout_sec`` bounds the one API call that checks a remote environment
-    before any row runs (:mod:`.remote_probes`).
+    before any row runs (:mod:`.remote_probes`). ``code_include``: globs of files staged
+    from ``user_code_dir`` although dot-files or secret-looking (:mod:`.runtime`);
+    ``secrets``: values (API keys) no staged file may hold; ``never_staged`` (the
+    dataset, the run's directory and files) and ``trials_dir`` are never staged, even
+    inside ``user_code_dir``. :meth:`setup_note` says what was staged.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -142,7 +146,7 @@ class HarborBackend(ExecutionBackend):
         preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
         code_include: tuple[str, ...] = (),
         secrets: tuple[str, ...] = (),
-        output_paths: tuple[Path, ...] = (),
+        never_staged: tuple[Path, ...] = (),
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -156,7 +160,7 @@ class HarborBackend(ExecutionBackend):
         self._user_code_dir = (user_code_dir or Path.cwd()).resolve()
         self._code_include = code_include
         self._secrets = secrets
-        self._output_paths = output_paths
+        self._never_staged = never_staged
         self._staged: StagedCode | None = None
         self._environment = environment_config or EnvironmentConfig(type=EnvironmentType.DOCKER)
         self._is_docker = is_local_docker(self._environment)
@@ -249,7 +253,7 @@ class HarborBackend(ExecutionBackend):
             staging / "code",
             self._code_include,
             self._secrets,
-            skip=(self._trials_dir, *self._output_paths),
+            skip=(self._trials_dir, *self._never_staged),
         )
         (staging / "inputs").mkdir()
         self._setup = TrialSetup(

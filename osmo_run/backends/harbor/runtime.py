@@ -113,6 +113,9 @@ keys, certificates and credential stores (dot-files such as ``.env``, ``.netrc``
 ``.ssh/`` are left out as dot-files)."""
 
 
+SECRET_NOTE = "(holds a secret the run masks)"
+
+
 @dataclass(frozen=True)
 class StagedCode:
     """What :func:`stage_user_code` copied: ``files`` and ``size`` (bytes); ``from_git``
@@ -136,7 +139,8 @@ class StagedCode:
         files = f"{self.files} file{'' if self.files == 1 else 's'}"
         text = f"code: {files} ({_size(self.size)}) staged from {source}, {kind}"
         if self.left_out:
-            names = [_printable(name) for name in self.left_out[:8]]
+            first = sorted(self.left_out, key=lambda name: (SECRET_NOTE not in name, name))
+            names = [_printable(name) for name in first[:8]]
             shown = ", ".join(names) + (" …" if len(self.left_out) > 8 else "")
             text += f"; left out: {shown} (code.include adds files)"
         return text
@@ -263,16 +267,16 @@ def _included(relative: Path, include: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(text, pattern) for pattern in include)
 
 
-def _holding_secret(source: Path, files: list[Path], secrets: tuple[str, ...]) -> Path | None:
-    """The first of ``files`` whose bytes contain one of ``secrets`` (8+ characters)."""
+def _holding_secrets(source: Path, files: list[Path], secrets: tuple[str, ...]) -> set[Path]:
+    """Those of ``files`` whose bytes contain one of ``secrets`` (8+ characters)."""
     needles = [s.encode("utf-8", "surrogateescape") for s in secrets if len(s) >= 8]
     if not needles:
-        return None
-    for relative in files:
-        data = (source / relative).read_bytes()
-        if any(needle in data for needle in needles):
-            return relative
-    return None
+        return set()
+    return {
+        relative
+        for relative in files
+        if any(needle in (source / relative).read_bytes() for needle in needles)
+    }
 
 
 def _inside(source: Path, paths: tuple[Path, ...]) -> list[tuple[str, ...]]:
@@ -301,10 +305,12 @@ def stage_user_code(
     nor links or VCS data, nor the files and directories ``skip`` names (the run's own
     output and trials, when they are inside ``source``).
 
+    A file holding one of ``secrets`` (the values the run masks: API keys reach trials
+    through the environment only) is left out, and :attr:`StagedCode.left_out` names it.
+
     Raises :class:`InputError` when ``source`` is not a directory, is in a repository git
-    cannot read, the files exceed ``MAX_CODE_BYTES``, or one of them holds one of
-    ``secrets`` (the run's API keys: they reach trials through the environment only);
-    all checked before anything is copied.
+    cannot read, a file cannot be read, or the files exceed ``MAX_CODE_BYTES`` (checked
+    before anything is copied).
     """
     if not source.is_dir():
         raise InputError(f"{source}: --user-code-dir must be a directory")
@@ -356,14 +362,10 @@ def _copy_checked(
             "ignored files, caches and virtual environments; pass a narrower --user-code-dir "
             "(the directory holding your workflow's package)"
         )
-    holder = _holding_secret(source, files, secrets)
-    if holder is not None:
-        raise InputError(
-            f"{_printable(str(source / holder))}: holds a secret this run masks (an API key "
-            "or an --env-file value), and would be copied into every trial; remove it from "
-            "the file (trials get keys through the environment), or move the file out of "
-            "the code dir"
-        )
+    holders = _holding_secrets(source, files, secrets)
+    left_out |= {f"{relative.as_posix()} {SECRET_NOTE}" for relative in holders}
+    files = [relative for relative in files if relative not in holders]
+    size -= sum((source / relative).stat().st_size for relative in holders)
     for relative in files:
         target = dest / relative
         target.parent.mkdir(parents=True, exist_ok=True)
