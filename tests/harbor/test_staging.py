@@ -239,9 +239,9 @@ def test_file_holding_a_secret_of_the_run_stays_out(tmp_path: Path) -> None:
     assert SECRET not in _everything_said(run)
 
 
-def test_ctrl_c_while_the_image_builds_leaves_no_staging_copy(tmp_path: Path) -> None:
-    """Ctrl-C once the prebuilt image's build context exists: the run ends at once and
-    neither the staging copy nor the build context survives."""
+def _start_building(tmp_path: Path) -> subprocess.Popen[str]:
+    """Start ``osmo-run harbor`` with a code dir of its own (a fresh prebuilt image) and
+    return once the image's build context exists (inside the run's staging directory)."""
     code = _code_dir(tmp_path / "code", {"unique.txt": f"{time.time_ns()}\n"})
     (code / "blob.bin").write_bytes(os.urandom(20 * 2**20))  # a build that takes a while
     rows = [{"id": "list", "prompt": "list", "label": "x"}]
@@ -256,12 +256,20 @@ def test_ctrl_c_while_the_image_builds_leaves_no_staging_copy(tmp_path: Path) ->
         text=True,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "tmpdir").glob("osmo-run-*/image-*")):
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_process(process)
+            pytest.fail(f"the image build never started: {process.communicate()}")
+        time.sleep(0.05)
+    return process
+
+
+def test_ctrl_c_while_the_image_builds_leaves_no_staging_copy(tmp_path: Path) -> None:
+    """Ctrl-C once the prebuilt image's build context exists: the run ends at once and
+    neither the staging copy nor the build context survives."""
+    process = _start_building(tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not any(name.startswith("osmo-run-image-") for name in _leftover_staging(tmp_path)):
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the image build never started"
-            time.sleep(0.05)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
     finally:
@@ -269,6 +277,24 @@ def test_ctrl_c_while_the_image_builds_leaves_no_staging_copy(tmp_path: Path) ->
     assert process.returncode in (2, 130), stderr
     assert "Traceback" not in stderr and "internal error" not in stderr, stderr
     assert _leftover_staging(tmp_path) == []
+
+
+def test_a_killed_runs_staging_copy_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL leaves no time to clean: the next run removes what the killed one left
+    (its staging copy and build context), and nothing of a run still going."""
+    process = _start_building(tmp_path)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    left = _leftover_staging(tmp_path)
+    assert left, "the killed run left nothing to remove"
+    alive = tmp_path / "tmpdir" / "osmo-run-alive0000-x"
+    alive.mkdir()
+    (alive / "owner.pid").write_text(str(os.getpid()))  # a run still going: this process
+    rows = [{"id": "list", "prompt": "list", "label": "x"}]
+    code = _code_dir(tmp_path / "second", {})
+    run = run_harbor(tmp_path / "next", rows, _spec(code), env=_env(tmp_path), timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert _leftover_staging(tmp_path) == [alive.name]
 
 
 def test_dataset_and_run_output_inside_the_code_dir_stay_out(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import contextlib
 import json
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -50,7 +49,13 @@ from osmo_run.backends.harbor.requirements import (
     collect_requirements,
 )
 from osmo_run.backends.harbor.results import trial_to_result
-from osmo_run.backends.harbor.runtime import StagedCode, stage_runtime, stage_user_code
+from osmo_run.backends.harbor.runtime import (
+    StagedCode,
+    make_staging,
+    stage_runtime,
+    stage_user_code,
+    sweep_stale_staging,
+)
 from osmo_run.backends.harbor.trial_config import (
     OSMO_GRADES,
     TASK_GRADES,
@@ -234,7 +239,8 @@ class HarborBackend(ExecutionBackend):
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             await self._resolve_requirements()  # before anything is written or started
             self._trials_dir.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
+            sweep_stale_staging()  # what killed runs left (a kill leaves no time to clean)
+            staging = make_staging(self._invocation)
             try:
                 await self._stage_and_build(staging, llm_url, judge_url)
             except BaseException:  # a refusal, a failed build, Ctrl-C: no copy survives

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -372,6 +373,46 @@ def _copy_checked(
         shutil.copy2(source / relative, target)
     dest.mkdir(parents=True, exist_ok=True)
     return StagedCode(source, len(files), size, from_git, tuple(sorted(left_out)), ignored)
+
+
+OWNER_FILE = "owner.pid"
+"""In each staging directory: the id of the osmo-run process it belongs to."""
+
+
+def make_staging(invocation: str) -> Path:
+    """A private staging directory in the temporary directory, marked with this process's
+    id so that a later run removes it if this one is killed before it can
+    (:func:`sweep_stale_staging`)."""
+    staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{invocation}-"))
+    (staging / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
+    return staging
+
+
+def sweep_stale_staging() -> int:
+    """Remove the staging directories this user's killed osmo-run processes left in the
+    temporary directory (their owner process is gone); return how many. Never raises."""
+    removed = 0
+    for entry in Path(tempfile.gettempdir()).glob("osmo-run-*"):
+        try:
+            if entry.is_symlink() or entry.stat().st_uid != os.getuid():
+                continue
+            owner = int((entry / OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not a staging directory, or not one this code made
+        if owner != os.getpid() and not _alive(owner):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def tree_digest(*roots: Path) -> str:
