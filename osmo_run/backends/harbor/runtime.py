@@ -1,8 +1,12 @@
 """What a trial environment needs from the host: the osmo-run SDK and the user's code.
 
-Both are staged once per run into a directory (the SDK and the built-in graders, both
-stdlib-only, not the CLI or backends; the user's code without virtual environments,
-caches and VCS data) and then uploaded to each trial, or baked into the prebuilt image.
+Both are staged once per run into a private directory (the SDK and the built-in graders,
+both stdlib-only, not the CLI or backends; of the user's code what belongs: in a git work
+tree what git would commit, elsewhere every file but caches and virtual environments by
+name, never dot-files, secret-looking files or files holding the run's secrets; see
+:func:`stage_user_code`) and then uploaded to each trial, or baked into the prebuilt
+image. Image layers keep what they get for good, so what is left out here never reaches
+them.
 """
 
 from __future__ import annotations
@@ -399,7 +403,7 @@ def sweep_stale_staging() -> int:
             owner = int((entry / OWNER_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # not a staging directory, or not one this code made
-        if owner != os.getpid() and not _alive(owner):
+        if owner > 0 and owner != os.getpid() and not _alive(owner):
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
     return removed
