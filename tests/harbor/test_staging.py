@@ -9,6 +9,7 @@ staging copy left behind shows.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -289,10 +290,11 @@ def test_a_killed_runs_staging_copy_is_removed_by_the_next_run(tmp_path: Path) -
     assert left, "the killed run left nothing to remove"
     alive = tmp_path / "tmpdir" / "osmo-run-alive0000-x"
     alive.mkdir()
-    (alive / "owner.pid").write_text(str(os.getpid()))  # a run still going: this process
     rows = [{"id": "list", "prompt": "list", "label": "x"}]
     code = _code_dir(tmp_path / "second", {})
-    run = run_harbor(tmp_path / "next", rows, _spec(code), env=_env(tmp_path), timeout=600)
+    with (alive / "owner.lock").open("w") as owner:  # a run still going: this process
+        fcntl.flock(owner, fcntl.LOCK_EX)
+        run = run_harbor(tmp_path / "next", rows, _spec(code), env=_env(tmp_path), timeout=600)
     assert run.returncode == 0, run.stderr
     assert _leftover_staging(tmp_path) == [alive.name]
 

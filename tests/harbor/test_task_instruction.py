@@ -62,8 +62,9 @@ def test_two_tasks_of_one_name_each_keep_their_instruction(tmp_path: Path) -> No
     second = _run(tmp_path / "run-b", task_b, shared)
 
     assert victim.read_text() == "keep me\n"
-    assert first.rows["mytask"]["info"]["prompt"] == "INSTRUCTION A\n", first.stderr
-    assert second.rows["mytask"]["info"]["prompt"] == "INSTRUCTION B\n", second.stderr
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.rows["mytask"]["info"]["prompt"] == "INSTRUCTION A\n"
+    assert second.rows["mytask"]["info"]["prompt"] == "INSTRUCTION B\n"
     # the first run's recorded dataset (what regrade and the viewer read) is still its own
     dataset_a, dataset_b = _dataset_of(first), _dataset_of(second)
     assert dataset_a != dataset_b

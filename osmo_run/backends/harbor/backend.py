@@ -52,6 +52,7 @@ from osmo_run.backends.harbor.results import trial_to_result
 from osmo_run.backends.harbor.runtime import (
     StagedCode,
     make_staging,
+    remove_staging,
     stage_runtime,
     stage_user_code,
     sweep_stale_staging,
@@ -245,7 +246,7 @@ class HarborBackend(ExecutionBackend):
                 await self._stage_and_build(staging, llm_url, judge_url)
             except BaseException:  # a refusal, a failed build, Ctrl-C: no copy survives
                 self._setup = None
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(staging)
                 raise
 
     async def _stage_and_build(
@@ -329,7 +330,7 @@ class HarborBackend(ExecutionBackend):
         for relay in self._relays:
             await relay.close()
         if self._setup is not None:
-            shutil.rmtree(self._setup.staging, ignore_errors=True)
+            remove_staging(self._setup.staging)
 
     async def execute(
         self,

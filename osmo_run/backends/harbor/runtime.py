@@ -11,6 +11,7 @@ them.
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import os
@@ -379,44 +380,57 @@ def _copy_checked(
     return StagedCode(source, len(files), size, from_git, tuple(sorted(left_out)), ignored)
 
 
-OWNER_FILE = "owner.pid"
-"""In each staging directory: the id of the osmo-run process it belongs to."""
+OWNER_FILE = "owner.lock"
+"""In each staging directory: a file its osmo-run process holds locked (``flock``) while
+it runs. The kernel drops the lock when the process dies, however it dies, and the lock
+is seen from every process sharing the file system (a process id is not: another
+container's live run may have an id no process here has)."""
+
+_held_locks: dict[Path, int] = {}
+"""Descriptors of the owner files of this process's staging directories, open until
+:func:`remove_staging` (or the process's end)."""
 
 
 def make_staging(invocation: str) -> Path:
-    """A private staging directory in the temporary directory, marked with this process's
-    id so that a later run removes it if this one is killed before it can
+    """A private staging directory in the temporary directory, locked by this process
+    so that a later run removes it if this one is killed before it can
     (:func:`sweep_stale_staging`)."""
     staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{invocation}-"))
-    (staging / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
+    descriptor = os.open(staging / OWNER_FILE, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _held_locks[staging] = descriptor
     return staging
 
 
+def remove_staging(staging: Path) -> None:
+    """Remove a staging directory :func:`make_staging` made, and release its lock."""
+    shutil.rmtree(staging, ignore_errors=True)
+    descriptor = _held_locks.pop(staging, None)
+    if descriptor is not None:
+        os.close(descriptor)
+
+
 def sweep_stale_staging() -> int:
-    """Remove the staging directories this user's killed osmo-run processes left in the
-    temporary directory (their owner process is gone); return how many. Never raises."""
+    """Remove the staging directories osmo-run processes of this user that are gone left
+    in the temporary directory (no process holds their owner file locked); return how
+    many. Never raises."""
     removed = 0
     for entry in Path(tempfile.gettempdir()).glob("osmo-run-*"):
         try:
             if entry.is_symlink() or entry.stat().st_uid != os.getuid():
                 continue
-            owner = int((entry / OWNER_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            descriptor = os.open(entry / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
             continue  # not a staging directory, or not one this code made
-        if owner > 0 and owner != os.getpid() and not _alive(owner):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # its run is still going
+        finally:
+            os.close(descriptor)
+        shutil.rmtree(entry, ignore_errors=True)
+        removed += 1
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: alive
-        return True
-    return True
 
 
 def tree_digest(*roots: Path) -> str:
