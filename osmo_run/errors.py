@@ -93,6 +93,10 @@ class RequirementsError(InputError):
     """The workflow's requirements are unreadable, or have no wheel for the trial's image."""
 
 
+class CacheDirError(InputError):
+    """osmo-run's cache directory (``OSMO_RUN_CACHE_DIR``) cannot be written."""
+
+
 class EnvFileError(InputError):
     """An ``--env-file`` cannot be read, or a line of it is not ``KEY=VALUE``."""
 

@@ -102,5 +102,9 @@ class ExecutionBackend(ABC):
         Raises :class:`~osmo_run.errors.OsmoRunError` when the backend cannot run rows.
         """
 
+    def setup_note(self) -> str:
+        """What :meth:`prepare` set up that the run's first line should say (``""``: none)."""
+        return ""
+
     async def aclose(self) -> None:  # noqa: B027 -- optional hook; most backends hold nothing
         """Release what the backend holds (images, servers). Called once when a run ends."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,18 +37,65 @@ def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 
 def _instruction_dataset(task_dir: Path) -> Path:
-    """A one-row dataset holding the task's own instruction, in the temporary directory."""
-    from osmo_run.errors import TaskDirError
+    """A one-row dataset holding the task's own instruction: ``<task dir name>.jsonl`` in
+    a directory named by its content's hash under osmo-run's cache (regrade and the viewer
+    find it again), written through a private temporary file and a rename, so no other
+    task's instruction and no planted link is ever read or written; when the cache
+    cannot be written, in a private directory of its own.
+
+    Raises :class:`TaskDirError` when the instruction cannot be read or is not UTF-8, and
+    :class:`InputError` when neither place can be written.
+    """
+    from osmo_run.backends.harbor.cache import cache_dir
+    from osmo_run.errors import InputError, TaskDirError
 
     instruction = task_dir / "instruction.md"
     try:
-        text = instruction.read_text(encoding="utf-8")
+        text = instruction.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise TaskDirError(
+            f"{instruction}: cannot read the task's instruction ({exc.strerror})"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise TaskDirError(
+            f"{instruction}: is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
+    content = (json.dumps({"id": task_dir.name, "prompt": text}) + "\n").encode("utf-8")
+    digest = hashlib.sha256(content).hexdigest()[:24]
+    try:
+        return _write_private(cache_dir() / "instructions" / digest, task_dir.name, content)
     except OSError:
-        raise TaskDirError(f"{instruction}: cannot read the task's instruction") from None
-    path = Path(tempfile.gettempdir()) / "osmo-run-instructions" / f"{task_dir.name}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    row = {"id": task_dir.name, "prompt": text}
-    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+        pass
+    try:
+        private = Path(tempfile.mkdtemp(prefix="osmo-run-instruction-"))
+        return _write_private(private, task_dir.name, content)
+    except OSError as exc:
+        raise InputError(
+            f"{instruction}: cannot write it as a one-row dataset: neither osmo-run's cache "
+            f"({cache_dir()}) nor the temporary directory is writable ({exc.strerror}); set "
+            "OSMO_RUN_CACHE_DIR to a writable directory, or pass a dataset"
+        ) from None
+
+
+def _write_private(directory: Path, name: str, content: bytes) -> Path:
+    """``content`` as ``directory/<name>.jsonl`` (owner-only), replaced atomically: a link
+    planted there is replaced, never followed."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    owner = directory.lstat()
+    if directory.is_symlink() or owner.st_uid != os.getuid() or owner.st_mode & 0o022:
+        raise PermissionError(f"{directory} is not this user's alone")
+    path = directory / f"{name}.jsonl"
+    descriptor, name_of_scratch = tempfile.mkstemp(dir=directory, prefix=".instruction-")
+    scratch = Path(name_of_scratch)
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+        scratch.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            scratch.unlink()
+        raise
     return path
 
 
@@ -59,7 +109,26 @@ def _identity(harbor: HarborSpec) -> dict[str, Any]:
     }
 
 
-def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None) -> BackendFactory:
+def _never_staged(context: BackendContext, dataset: Path) -> tuple[Path, ...]:
+    """What trials must not get even inside the code dir: the dataset (its labels) and
+    where the run writes (its directory, or its files when that is the code dir)."""
+    paths = context.paths
+    return (
+        dataset,
+        paths.directory,
+        paths.results,
+        paths.summary,
+        paths.manifest,
+        paths.attempts,
+        paths.errors,
+        paths.artifacts,
+        paths.trials,
+    )
+
+
+def _backend_factory(
+    spec: RunSpec, environment: Any, user_code_dir: Path | None, dataset: Path
+) -> BackendFactory:
     """Makes the run's HarborBackend once the run knows its paths and endpoints;
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
     from osmo_run.backends.harbor import HarborBackend
@@ -89,6 +158,9 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             judge=context.judge,
             judge_api_key_env=spec.judge.api_key_env if spec.judge else None,
             requirements=requirements,
+            code_include=tuple(spec.code.include),
+            secrets=context.secrets,
+            never_staged=_never_staged(context, dataset),
         )
 
     return make_backend
@@ -198,4 +270,4 @@ def harbor(
         info={"prebuild": task.prebuild, "keep_trials": task.keep_trials},
     )
 
-    launch(settings, _backend_factory(spec, environment, user_code_dir))
+    launch(settings, _backend_factory(spec, environment, user_code_dir, dataset))

@@ -49,7 +49,9 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
         console = Console(file=console.file, highlight=False, color_system=None)
     with contextlib.ExitStack() as started:  # what the run starts, stopped when it ends
         plan = _start_model_server(plan, started)
-        context = BackendContext(plan.paths, plan.manifest.run_id, plan.llm, plan.judge)
+        context = BackendContext(
+            plan.paths, plan.manifest.run_id, plan.llm, plan.judge, plan.secrets
+        )
         backend = make_backend(context)
         display = make_display(settings.display, console)
         # --json: stdout holds the verdict alone; what workflows print goes to stderr
@@ -92,7 +94,7 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     return with_model_server(plan, endpoint, info, note)
 
 
-def _describe(plan: RunPlan, state: ResumeState, concurrency: int) -> str:
+def _describe(plan: RunPlan, state: ResumeState, backend: ExecutionBackend) -> str:
     """The line the display starts with: what runs, how many, where it goes."""
     samples = plan.samples
     to_run = state.to_run(plan.rollouts)
@@ -101,9 +103,11 @@ def _describe(plan: RunPlan, state: ResumeState, concurrency: int) -> str:
         f"{to_run} "
         + ("rows" if samples == 1 else f"rollouts ({samples} samples per row)")
         + (f" ({state.kept} kept from before)" if state.kept else ""),
-        f"concurrency {concurrency}",
+        f"concurrency {backend.max_concurrency}",
         f"output {plan.paths.results}",
     ]
+    if note := backend.setup_note():
+        parts.append(note)
     if plan.problems:
         parts.append(f"{len(plan.problems)} bad rows recorded as validation errors")
     if state.repaired:
@@ -142,9 +146,7 @@ def _run_rows(
                 loop = asyncio.get_running_loop()
                 signals.enter_context(interrupts_handled(loop, interrupt, display.stop))
                 write_manifest(plan.paths.manifest, plan.manifest)
-                display.start(
-                    state.to_run(plan.rollouts), _describe(plan, state, backend.max_concurrency)
-                )
+                display.start(state.to_run(plan.rollouts), _describe(plan, state, backend))
                 if state.note:
                     display.message(state.note)
                 items = work_items(

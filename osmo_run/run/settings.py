@@ -70,6 +70,8 @@ class BackendContext:
     run_id: str
     llm: LLMEndpoint | None
     judge: LLMEndpoint | None = None
+    secrets: tuple[str, ...] = ()
+    """Values the run masks (:attr:`RunPlan.secrets`): never to be copied anywhere."""
 
 
 BackendFactory = Callable[[BackendContext], ExecutionBackend]

@@ -319,6 +319,31 @@ class RequirementsSpec(_Strict):
         return self
 
 
+class CodeSpec(_Strict):
+    """What of the code dir Harbor trials get beyond the default: dot-files and files that
+    look like secrets (``*.pem``, ``*.key``, ``id_rsa*``, ``.netrc``, ``credentials``…)
+    are never staged unless ``include`` names them."""
+
+    include: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Glob patterns (relative to the code dir, e.g. '.config/app.toml' or "
+        "'certs/*.pem') of files to stage although their names are left out by default",
+    )
+
+    @field_validator("include")
+    @classmethod
+    def _relative_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            parts = Path(pattern).parts
+            if Path(pattern).is_absolute() or ".." in parts or "\0" in pattern:
+                raise ValueError(
+                    f"{pattern!r} must be a pattern relative to the code dir, inside it "
+                    "(no leading /, no ..)"
+                )
+        return patterns
+
+
 def _requirements_shorthand_schema(schema: dict[str, Any]) -> None:
     """Let editors accept ``requirements: none`` and a list besides the mapping (the
     mapping's ``$ref`` becomes one of the alternatives, not a condition on all of them)."""
@@ -488,6 +513,12 @@ class RunSpec(_Strict):
         description="What Harbor trials install for the workflow: none, a list, or "
         "{extras, add, only, python_version, platforms}",
         json_schema_extra=_requirements_shorthand_schema,
+    )
+
+    code: CodeSpec = Field(
+        default_factory=CodeSpec,
+        description="What of the code dir Harbor trials get: {include: [patterns]} adds "
+        "dot-files and secret-looking files, which are otherwise never staged",
     )
 
     @field_validator("requirements", mode="before")

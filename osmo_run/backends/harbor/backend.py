@@ -15,7 +15,6 @@ import contextlib
 import json
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -50,7 +49,14 @@ from osmo_run.backends.harbor.requirements import (
     collect_requirements,
 )
 from osmo_run.backends.harbor.results import trial_to_result
-from osmo_run.backends.harbor.runtime import stage_runtime, stage_user_code
+from osmo_run.backends.harbor.runtime import (
+    StagedCode,
+    make_staging,
+    remove_staging,
+    stage_runtime,
+    stage_user_code,
+    sweep_stale_staging,
+)
 from osmo_run.backends.harbor.trial_config import (
     OSMO_GRADES,
     TASK_GRADES,
@@ -111,7 +117,11 @@ class HarborBackend(ExecutionBackend):
     what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
     resolved before any row and baked into the prebuilt image or uploaded at setup.
     ``preflight_timeout_sec`` bounds the one API call that checks a remote environment
-    before any row runs (:mod:`.remote_probes`).
+    before any row runs (:mod:`.remote_probes`). ``code_include``: globs of files staged
+    from ``user_code_dir`` although dot-files or secret-looking (:mod:`.runtime`);
+    ``secrets``: values (API keys) no staged file may hold; ``never_staged`` (the
+    dataset, the run's directory and files) and ``trials_dir`` are never staged, even
+    inside ``user_code_dir``. :meth:`setup_note` says what was staged.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -140,6 +150,9 @@ class HarborBackend(ExecutionBackend):
         run_id: str | None = None,
         requirements: RequirementOptions | None = None,
         preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
+        code_include: tuple[str, ...] = (),
+        secrets: tuple[str, ...] = (),
+        never_staged: tuple[Path, ...] = (),
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -151,6 +164,10 @@ class HarborBackend(ExecutionBackend):
         self._task_dir = task_dir.resolve() if task_dir else None
         self._tasks_root = tasks_root.resolve() if tasks_root else None
         self._user_code_dir = (user_code_dir or Path.cwd()).resolve()
+        self._code_include = code_include
+        self._secrets = secrets
+        self._never_staged = never_staged
+        self._staged: StagedCode | None = None
         self._environment = environment_config or EnvironmentConfig(type=EnvironmentType.DOCKER)
         self._is_docker = is_local_docker(self._environment)
         self._prebuild = prebuild_local_image and self._is_docker
@@ -223,33 +240,55 @@ class HarborBackend(ExecutionBackend):
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             await self._resolve_requirements()  # before anything is written or started
             self._trials_dir.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
-            stage_runtime(staging / "runtime")
-            stage_user_code(self._user_code_dir, staging / "code")
-            (staging / "inputs").mkdir()
-            self._setup = TrialSetup(
-                workflow_path=self._workflow_path,
-                grader_path=self._grader_path,
-                workflow_config=self._workflow_config,
-                grader_config=self._grader_config,
-                environment=self._environment,
-                staging=staging,
-                trials_dir=self._trials_dir,
-                llm=self._llm,
-                llm_url=llm_url,
-                llm_api_key_env=self._llm_api_key_env,
-                judge=self._judge,
-                judge_url=judge_url,
-                judge_api_key_env=self._judge_api_key_env,
-                compose_overlay=await self._label_containers(staging),
-            )
-            if self._prebuild and self._task_dir is not None:
-                try:
-                    await self._image_for(self._task_dir)
-                except DockerCommandError as exc:
-                    raise EnvironmentNotReady(
-                        f"--task-dir {self._task_dir}: building the trial image failed: {exc}"
-                    ) from None
+            sweep_stale_staging()  # what killed runs left (a kill leaves no time to clean)
+            staging = make_staging(self._invocation)
+            try:
+                await self._stage_and_build(staging, llm_url, judge_url)
+            except BaseException:  # a refusal, a failed build, Ctrl-C: no copy survives
+                self._setup = None
+                remove_staging(staging)
+                raise
+
+    async def _stage_and_build(
+        self, staging: Path, llm_url: str | None, judge_url: str | None
+    ) -> None:
+        """Stage the runtime and the code under ``staging``, then build the prebuilt image
+        (see :meth:`prepare`, which removes ``staging`` when this raises)."""
+        stage_runtime(staging / "runtime")
+        self._staged = stage_user_code(
+            self._user_code_dir,
+            staging / "code",
+            self._code_include,
+            self._secrets,
+            skip=(self._trials_dir, *self._never_staged),
+        )
+        (staging / "inputs").mkdir()
+        self._setup = TrialSetup(
+            workflow_path=self._workflow_path,
+            grader_path=self._grader_path,
+            workflow_config=self._workflow_config,
+            grader_config=self._grader_config,
+            environment=self._environment,
+            staging=staging,
+            trials_dir=self._trials_dir,
+            llm=self._llm,
+            llm_url=llm_url,
+            llm_api_key_env=self._llm_api_key_env,
+            judge=self._judge,
+            judge_url=judge_url,
+            judge_api_key_env=self._judge_api_key_env,
+            compose_overlay=await self._label_containers(staging),
+        )
+        if self._prebuild and self._task_dir is not None:
+            try:
+                await self._image_for(self._task_dir)
+            except DockerCommandError as exc:
+                raise EnvironmentNotReady(
+                    f"--task-dir {self._task_dir}: building the trial image failed: {exc}"
+                ) from None
+
+    def setup_note(self) -> str:
+        return self._staged.describe() if self._staged is not None else ""
 
     async def _reach_endpoints(self) -> tuple[str | None, str | None]:
         """The model's and the judge's base URLs as trial containers reach them, relaying
@@ -291,7 +330,7 @@ class HarborBackend(ExecutionBackend):
         for relay in self._relays:
             await relay.close()
         if self._setup is not None:
-            shutil.rmtree(self._setup.staging, ignore_errors=True)
+            remove_staging(self._setup.staging)
 
     async def execute(
         self,

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
+
+from osmo_run.errors import CacheDirError
 
 CACHE_ENV = "OSMO_RUN_CACHE_DIR"
 
@@ -18,6 +21,26 @@ def cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("osmo-run"))
+
+
+def writable_cache_dir(name: str) -> Path:
+    """The cache's subdirectory ``name``, created if missing, checked writable.
+
+    Raises :class:`CacheDirError` (one line naming the directory and what to do) when it
+    cannot be created or written: a read-only mount, another user's directory, a file.
+    """
+    directory = cache_dir() / name
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise CacheDirError(
+            f"{directory}: osmo-run's cache directory cannot be written "
+            f"({exc.strerror or type(exc).__name__}); set {CACHE_ENV} to a writable directory "
+            "or make this one writable"
+        ) from None
+    return directory
 
 
 def _use_record(tag: str) -> Path:

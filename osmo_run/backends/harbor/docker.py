@@ -261,7 +261,8 @@ async def prebuild_image(
     note_image_used(tag)  # for `osmo-run cleanup --images`, which keeps recently used ones
     if await image_exists(tag):
         return tag
-    with tempfile.TemporaryDirectory(prefix="osmo-run-image-") as context:
+    # inside the run's staging directory, which a later run removes if this one is killed
+    with tempfile.TemporaryDirectory(prefix="image-", dir=runtime_dir.parent) as context:
         root = Path(context)
         shutil.copytree(runtime_dir, root / "runtime")
         shutil.copytree(code_dir, root / "code")

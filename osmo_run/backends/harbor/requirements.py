@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -76,6 +77,33 @@ class RequirementSet:
     def digest(self) -> str:
         """A hash of the set (order-independent), for caches and image tags."""
         return hashlib.sha256("\n".join(sorted(self.requirements)).encode()).hexdigest()
+
+    def for_interpreter(self, environment: dict[str, str]) -> RequirementSet:
+        """The requirements whose environment markers hold for the trial's interpreter
+        (``environment``: PEP 508 marker variables), their markers dropped.
+
+        pip evaluates markers for the Python it runs on, even when it downloads for
+        another (``--python-version``); so they are decided here, for the trial's.
+        Raises :class:`RequirementsError` for a marker that compares what cannot be
+        compared (``python_version ~= 'abc'``).
+        """
+        kept: list[str] = []
+        for text in self.requirements:
+            requirement = Requirement(text)
+            if requirement.marker is not None:
+                try:
+                    holds = requirement.marker.evaluate(environment)
+                except (UndefinedComparison, UndefinedEnvironmentName) as exc:
+                    raise RequirementsError(
+                        f"requirements: {text!r}: its marker cannot be decided for the "
+                        f"trial's Python ({exc}); write it as PEP 508 compares versions"
+                    ) from None
+                if not holds:
+                    continue
+                requirement.marker = None
+            if str(requirement) not in kept:
+                kept.append(str(requirement))
+        return RequirementSet(tuple(kept))
 
 
 def _parse(text: str, where: str) -> Requirement:

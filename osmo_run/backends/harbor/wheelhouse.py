@@ -20,6 +20,7 @@ pip rather than uv: uv is not on this machine's index mirror by default, and pip
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from osmo_run.backends.harbor import docker as docker_ops
-from osmo_run.backends.harbor.cache import cache_dir
+from osmo_run.backends.harbor.cache import cache_dir, writable_cache_dir
 from osmo_run.backends.harbor.requirements import RequirementOptions, RequirementSet
 from osmo_run.errors import DockerCommandError, RequirementsError
 
@@ -44,7 +45,8 @@ _PROBE = (
     "try:\n    libc = os.confstr('CS_GNU_LIBC_VERSION')\nexcept (AttributeError, ValueError):\n"
     "    libc = None\n"
     "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'machine': "
-    "platform.machine(), 'libc': libc, 'implementation': sys.implementation.name}))\n"
+    "platform.machine(), 'libc': libc, 'implementation': sys.implementation.name, "
+    "'full_version': platform.python_version()}))\n"
 )
 
 
@@ -56,9 +58,31 @@ class TargetPython:
     version: str
     platforms: tuple[str, ...]
     implementation: str = "cp"
+    full_version: str | None = None
+    """``3.11.2`` when the image said; else ``version`` stands for ``version.0``."""
 
     def key(self) -> str:
         return f"{self.implementation}{self.version}-{'+'.join(self.platforms)}"
+
+    def marker_environment(self) -> dict[str, str]:
+        """PEP 508 marker variables of this interpreter (a Linux container's CPython),
+        for :meth:`RequirementSet.for_interpreter`."""
+        full = self.full_version or f"{self.version}.0"
+        tag = self.platforms[0] if self.platforms else "x86_64"
+        machine = re.sub(r"^(?:many|musl)?linux(?:_\d+_\d+|\d+)?_", "", tag)
+        return {
+            "implementation_name": "cpython",
+            "implementation_version": full,
+            "os_name": "posix",
+            "platform_machine": machine,
+            "platform_python_implementation": "CPython",
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": full,
+            "python_version": self.version,
+            "sys_platform": "linux",
+        }
 
     def describe(self) -> str:
         return f"Python {self.version} on {self.platforms[0] if self.platforms else '?'}"
@@ -87,7 +111,9 @@ async def image_python(image: str) -> TargetPython:
     cached = cache_dir() / "images" / f"{image_id.replace(':', '-')}.json"
     try:
         answer = json.loads(cached.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if "full_version" not in answer:  # a record from before it was asked: ask again
+            raise ValueError("stale record")
+    except (OSError, ValueError, TypeError):
         try:
             run = ["run", "--rm", "--network", "none", "--label", PROBE_LABEL]
             output = await docker_ops.docker(*run, "--entrypoint", "python3", image, "-c", _PROBE)
@@ -97,14 +123,19 @@ async def image_python(image: str) -> TargetPython:
                 f"requirements: cannot ask the trial image {image} its Python (`python3` "
                 f"failed: {' '.join(str(exc).split())[-300:]}); the image needs python3 >= 3.11"
             ) from None
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(answer), encoding="utf-8")
+        with contextlib.suppress(OSError):  # an unwritable cache costs a probe next time
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(answer), encoding="utf-8")
     if answer.get("implementation") != "cpython":
         raise RequirementsError(
             f"requirements: the trial image {image} runs {answer.get('implementation')}, "
             "and wheels are chosen for CPython only; set `requirements: none`"
         )
-    return TargetPython(str(answer["version"]), platform_tags(answer["machine"], answer["libc"]))
+    return TargetPython(
+        str(answer["version"]),
+        platform_tags(answer["machine"], answer["libc"]),
+        full_version=str(answer["full_version"]),
+    )
 
 
 async def target_python(
@@ -214,8 +245,9 @@ def set_key(requirements: RequirementSet, target: TargetPython) -> str:
 async def _download(requirements: RequirementSet, target: TargetPython, key: str) -> Path:
     wheelhouse = cache_dir() / "wheelhouse" / key
     if (wheelhouse / ".complete").is_file():
-        return wheelhouse
-    wheelhouse.mkdir(parents=True, exist_ok=True)
+        return wheelhouse  # a read-only cache filled before serves as it is
+    wheelhouse = writable_cache_dir("wheelhouse") / key
+    wheelhouse.mkdir(exist_ok=True)
     code, output = await _pip(
         "download",
         "-q",
@@ -235,18 +267,22 @@ async def installed_site(requirements: RequirementSet, target: TargetPython) -> 
     laid out as one ``site-packages``), built once per requirement set and target: the
     prebuilt image ``ADD``s it, uploads extract it in the trial.
 
-    Raises :class:`RequirementsError` (one line, naming the requirement) when pip cannot
-    fetch or install them.
+    Only the requirements whose markers hold for ``target`` are installed (none: an
+    empty set). Raises :class:`RequirementsError` (one line, naming the requirement) when
+    pip cannot fetch or install them, and :class:`~osmo_run.errors.CacheDirError` when the
+    cache must be written and cannot.
     """
+    requirements = requirements.for_interpreter(target.marker_environment())
     key = set_key(requirements, target)
     archive_path = cache_dir() / "site" / f"{key}.tar"
     if archive_path.is_file():
         return archive_path
-    wheelhouse = await _download(requirements, target, key)
-    archive_path.parent.mkdir(parents=True, exist_ok=True)
+    archive_path = writable_cache_dir("site") / f"{key}.tar"
+    wheelhouse = await _download(requirements, target, key) if requirements.requirements else None
     with tempfile.TemporaryDirectory(prefix=f".{key}-", dir=archive_path.parent) as scratch:
         site = Path(scratch) / "site"
-        code, output = await _pip(
+        site.mkdir()
+        code, output = (0, "") if wheelhouse is None else await _pip(
             "install", "-q", "--no-index", "--find-links", str(wheelhouse), "--no-compile",
             "--target", str(site), *_pip_target_args(target), *requirements.requirements,
         )  # fmt: skip
