@@ -6,7 +6,7 @@ results come back as files downloaded into the trial directory
 (``agent/osmo_result.json``, ``verifier/osmo_grader_result.json``), never through stdout.
 
 The grader never runs where the workflow ran: when the workflow's runner ends, every
-process left in its environment is killed, and the verifier starts a fresh environment of
+process it left in its environment is killed, and the verifier starts a fresh environment of
 the same kind (the same image) that gets only the grader's input, the workflow's sample
 included. Nothing the workflow changed (the staged code, ``python3``, the runner's path,
 the grader's files) reaches the grader, and no process of the workflow sees the grader's.
@@ -94,17 +94,29 @@ this container's cgroup (cgroup v2 ``memory.events``, v1 ``memory.oom_control``)
 tool beyond the shell, so it works in any image."""
 
 
+_KILL_NEW_PROCESSES = (
+    "keep=' '; for p in /proc/[0-9]*; do keep=\"$keep${p#/proc/} \"; done; "
+    'kill_new() { for p in /proc/[0-9]*; do case "$keep" in *" ${p#/proc/} "*) ;; '
+    '*) kill -9 "${p#/proc/}" 2>/dev/null;; esac; done; }'
+)
+"""Shell code remembering the processes that run before the runner starts (the
+container's init, its main command) and a function killing every other one: what the
+code started in the background, in its own session included, does not outlive it."""
+
+
 def _runner_command(
     phase: str, input_path: str, result_path: str, log_path: str, limit: float | None
 ) -> str:
-    """The shell command running ``phase``'s runner and printing the last 2000 bytes of its
-    log and then the :data:`TRAILER` line; it exits with the runner's status."""
+    """The shell command running ``phase``'s runner, then killing every process it left,
+    then printing the last 2000 bytes of its log and the :data:`TRAILER` line; it exits
+    with the runner's status."""
     runner = f"python3 -m osmo_run.sdk.sandbox {phase} {input_path} {result_path}"
     if limit is not None:
         runner = f"timeout -k 5 {int(limit) + 1} {runner}"
     log, result = shlex.quote(log_path), shlex.quote(result_path)
     return (
-        f"{_OOM_KILLS}; before=$(oom_kills); rm -f {result}; {runner} > {log} 2>&1; code=$?; "
+        f"{_OOM_KILLS}; {_KILL_NEW_PROCESSES}; before=$(oom_kills); rm -f {result}; "
+        f"{runner} > {log} 2>&1; code=$?; kill_new; "
         f"tail -c 2000 {log}; [ -s {result} ] && wrote=yes || wrote=no; "
         f'echo; echo "{TRAILER} exit=$code result=$wrote oom=$before $(oom_kills)"; exit $code'
     )
@@ -219,13 +231,6 @@ async def _run_phase(
     raise_for_end(what, end, limit, elapsed, alive)
 
 
-async def _kill_leftovers(environment: BaseEnvironment) -> None:
-    """Kill every process left in ``environment`` but its init (what a workflow started
-    in the background must not outlive it); never raises."""
-    with contextlib.suppress(Exception):
-        await environment.exec("kill -9 -1 2>/dev/null; true", user="root", timeout_sec=60)
-
-
 async def _upload_runtime(environment: BaseEnvironment, runtime_dir: str, code_dir: str) -> None:
     await environment.exec(f"mkdir -p {CONTAINER_RUNTIME_DIR} {CONTAINER_CODE_DIR}", user="root")
     await environment.upload_dir(source_dir=runtime_dir, target_dir=CONTAINER_RUNTIME_DIR)
@@ -324,11 +329,7 @@ class OsmoRunAgent(BaseAgent):
             f"{logs}/osmo_runner.log",
             self._limit,
         )
-        try:
-            await _run_phase(environment, "workflow", command, _runner_env(), self._limit)
-        finally:
-            # nothing the workflow started outlives it (before Harbor downloads its logs)
-            await asyncio.shield(_kill_leftovers(environment))
+        await _run_phase(environment, "workflow", command, _runner_env(), self._limit)
 
 
 class OsmoRunVerifier(BaseVerifier):
