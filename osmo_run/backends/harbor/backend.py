@@ -30,6 +30,13 @@ from harbor.trial.queue import TrialQueue
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
 from osmo_run.backends.harbor import docker as docker_ops
+from osmo_run.backends.harbor.cleanup import (
+    forget_staging,
+    record_staging,
+    remove_staging,
+    remove_unreferenced_trial_dirs,
+    staging_prefix,
+)
 from osmo_run.backends.harbor.plugins import (
     AGENT_RESULT_FILE,
     GRADER_RESULT_FILE,
@@ -111,7 +118,12 @@ class HarborBackend(ExecutionBackend):
     what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
     resolved before any row and baked into the prebuilt image or uploaded at setup.
     ``preflight_timeout_sec`` bounds the one API call that checks a remote environment
-    before any row runs (:mod:`.remote_probes`).
+    before any row runs (:mod:`.remote_probes`). ``results_path``: the run's results file,
+    given when ``trials_dir`` is the run's own; the trial directories none of its rows
+    points at (an earlier, killed invocation's) are removed before any row runs.
+    ``run_dir``: where the staging copy is noted, so that a later invocation of the run
+    (``--resume``) or ``osmo-run cleanup`` removes it after a ``kill -9`` (default: the
+    parent of ``trials_dir``).
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -140,6 +152,8 @@ class HarborBackend(ExecutionBackend):
         run_id: str | None = None,
         requirements: RequirementOptions | None = None,
         preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
+        results_path: Path | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -156,9 +170,11 @@ class HarborBackend(ExecutionBackend):
         self._prebuild = prebuild_local_image and self._is_docker
         self._cleanup = cleanup_successful_trials
         self._preflight_timeout_sec = preflight_timeout_sec
+        self._results_path = results_path
         self._run_id = run_id or "adhoc"
         self._invocation = uuid.uuid4().hex[:8]
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
+        self._run_dir = (run_dir or self._trials_dir.parent).resolve()
         self._llm = llm
         self._llm_api_key_env = llm_api_key_env
         self._judge = judge
@@ -223,7 +239,14 @@ class HarborBackend(ExecutionBackend):
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             await self._resolve_requirements()  # before anything is written or started
             self._trials_dir.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
+            # what an earlier invocation of this run, killed, left: its staging copy (with
+            # the code dir's .env) and the trial directories no result row keeps
+            self._run_dir.mkdir(parents=True, exist_ok=True)
+            remove_staging(self._run_dir, self._run_id, keep=self._invocation)
+            if self._results_path is not None:
+                remove_unreferenced_trial_dirs(self._trials_dir, self._results_path)
+            staging = Path(tempfile.mkdtemp(prefix=staging_prefix(self._invocation)))
+            record_staging(self._run_dir, self._run_id, self._invocation, staging)
             stage_runtime(staging / "runtime")
             stage_user_code(self._user_code_dir, staging / "code")
             (staging / "inputs").mkdir()
@@ -292,6 +315,7 @@ class HarborBackend(ExecutionBackend):
             await relay.close()
         if self._setup is not None:
             shutil.rmtree(self._setup.staging, ignore_errors=True)
+            forget_staging(self._run_dir, self._invocation)
 
     async def execute(
         self,
