@@ -26,10 +26,11 @@ def exited_message(what: str, code: int) -> str:
 
 
 def exit_code(exc: SystemExit) -> int:
-    """The process exit status ``exc`` asks for (``None`` → 0, a message → 1)."""
+    """The exit status a process ending with ``exc`` reports: ``None`` → 0, an integer
+    modulo 256 (``True`` → 1, ``-1`` → 255, ``256`` → 0), anything else (a message) → 1."""
     if exc.code is None:
         return 0
-    return exc.code if isinstance(exc.code, int) else 1
+    return int(exc.code) & 0xFF if isinstance(exc.code, int) else 1
 
 
 async def exits_as_errors(coro: Coroutine[Any, Any, T], what: str) -> T:
