@@ -8,7 +8,11 @@ Every row answers 41 against the label 42, so the fair reward is 0.0; each attac
 from __future__ import annotations
 
 import base64
+import json
+import signal
+import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +25,10 @@ from tests.harbor.conftest import (
     cli_env,
     harbor_spec,
     run_harbor,
+    run_id_of_containers,
     start_harbor,
     stop_process,
+    wait_for_no_labelled_containers,
 )
 
 JUDGE_KEY_ENV = "OSMO_TEST_JUDGE_KEY"
@@ -163,3 +169,47 @@ def test_no_api_key_on_the_host_process_list_while_trials_run(
     assert seen_workflow and seen_grader, "never saw the runners run: nothing was scanned"
     assert holding == []
     assert output.is_file()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ctrl_c_while_the_grader_runs_in_its_own_environment(tmp_path: Path) -> None:
+    """Ctrl-C while the grader runs: exit 130, the row cancelled, and neither the
+    workflow's container nor the grader's is left."""
+    row_id = f"grading-{uuid.uuid4().hex[:8]}"  # other runs may share the engine
+    metadata = {"grader": "sleep", "sleep_sec": 60}
+    rows = [{"id": row_id, "prompt": "What is 6 * 7?", "label": "42", "metadata": metadata}]
+    spec = harbor_spec(timeouts={"agent_sec": 30, "grader_sec": 120})
+    process, output = start_harbor(tmp_path, rows, spec)
+    try:
+        deadline = time.monotonic() + 120
+        invocation = None
+        while invocation is None or "osmo_run.sdk.sandbox" not in _top(invocation):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the grader never started"
+            time.sleep(0.2)
+            invocation = invocation or run_id_of_containers(f"-{row_id}__grader")
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=90)
+    finally:
+        stop_process(process)
+    assert process.returncode == 130, stdout + stderr
+    assert "Traceback" not in stdout + stderr
+    row = json.loads(output.read_text().splitlines()[0])
+    assert (row["status"], row["error_category"]) == ("cancelled", "cancelled")
+    assert wait_for_no_labelled_containers(invocation, timeout_sec=30) == []
+
+
+def _top(invocation: str) -> str:
+    """The processes of ``invocation``'s grader containers (``docker top``)."""
+    listing = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=osmo-run.invocation={invocation}",
+         "--filter", "name=__grader"],
+        capture_output=True, text=True, timeout=60, check=False,
+    ).stdout.split()  # fmt: skip
+    return "".join(
+        subprocess.run(
+            ["docker", "top", container], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+        for container in listing
+    )
