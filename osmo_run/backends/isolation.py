@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.sdk.deadlines import PROCESS_KILL_MARGIN_SEC, PROCESS_START_LIMIT_SEC, with_margin
+from osmo_run.sdk.exits import exited_message
 from osmo_run.sdk.sandbox import (
     API_KEY_ENV,
     CODE_DIR_ENV,
@@ -180,9 +181,10 @@ def _read_result(
         return ExecutionResult.from_dict(data)
     except (OSError, ValueError, KeyError):
         tail = output.decode("utf-8", "replace").strip()[-500:]
-        message = (
-            f"the {phase} process exited with code {returncode} without a "
-            f"result (a crash or os._exit?): {tail}"
-        )
+        if returncode is not None and returncode < 0:
+            message = f"the {phase} was killed by signal {-returncode} without returning"
+        else:
+            message = exited_message(phase, returncode or 0)
+        message += f". Output: {tail}" if tail else ""
         which = Phase.WORKFLOW if phase == "workflow" else Phase.GRADER
         return ExecutionResult.failure(rollout_id, ErrorCategory.AGENT_ERROR, message, which)

@@ -72,7 +72,7 @@ def cleanup(
         typer.echo(
             f"{run.paths.directory}: removed {done.containers} containers, {done.networks} "
             f"networks, {done.trial_dirs} trial directories ({done.kept_trial_dirs} kept: "
-            "result rows point at them)"
+            f"result rows point at them), {done.staging} staging copies"
         )
     if all_runs:
         done = run_to_completion(clean_all())

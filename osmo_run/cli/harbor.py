@@ -151,6 +151,9 @@ def _backend_factory(
             prebuild_local_image=task.prebuild,
             cleanup_successful_trials=not task.keep_trials,
             trials_dir=task.trials_dir or context.paths.trials,
+            # the run's own trials directory: what no row keeps is an earlier invocation's
+            results_path=None if task.trials_dir else context.paths.results,
+            run_dir=context.paths.directory,
             preflight_timeout_sec=task.preflight_timeout_sec,
             run_id=context.run_id,
             llm=context.llm,

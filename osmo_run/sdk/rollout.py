@@ -26,6 +26,7 @@ from osmo_run.sdk.context import (
     _current,
 )
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
+from osmo_run.sdk.exits import exits_as_errors
 from osmo_run.sdk.phase_deadline import PhaseDeadline
 from osmo_run.sdk.samples import sample_from_output, sample_from_source
 from osmo_run.sdk.stalls import LoopStallMonitor, owner_task_name, rollout_owner
@@ -214,7 +215,9 @@ async def run_workflow_phase(
                 _artifacts_name=request.safe_name,
                 _warnings=rollout.warnings,
             )
-            output = await _await_with_deadline(instance.run(ctx), clock, context)
+            output = await _await_with_deadline(
+                exits_as_errors(instance.run(ctx), "workflow"), clock, context
+            )
             sample, info = sample_from_output(output)
             if sample is None:  # the sample source's, under the same deadline
                 source = sample_from_source(rollout, output)
@@ -396,7 +399,9 @@ async def _grade(
     context = contextvars.copy_context()
     context.run(_current.set, rollout)
     context.run(rollout_owner.set, request.id)
-    returned = await _await_with_deadline(instance.grade(ctx), clock, context)
+    returned = await _await_with_deadline(
+        exits_as_errors(instance.grade(ctx), "grader"), clock, context
+    )
     timeout = clock[2]
     deadline = None
     if timeout is not None and time.monotonic() - clock[3] > timeout:

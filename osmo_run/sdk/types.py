@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from osmo_run.sdk.exits import ExitedWithoutReturning
 from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.names import safe_name
 
@@ -331,8 +332,12 @@ _SDK_DIR = str(Path(__file__).parent) + os.sep
 def describe_exception(exc: BaseException) -> str:
     """``"Type: message (at file:line in func)"``, naming where the exception was raised:
     the innermost frame outside this SDK, so a bad value handed to an SDK check (a reward
-    assigned in ``get_sample``) names the line that handed it over."""
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    assigned in ``get_sample``) names the line that handed it over. An
+    :class:`~osmo_run.sdk.exits.ExitedWithoutReturning` is its message alone."""
+    if isinstance(exc, ExitedWithoutReturning):  # says what happened; its type says no more
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
     if frames:
         outside = [f for f in frames if not f.filename.startswith(_SDK_DIR)]

@@ -67,7 +67,9 @@ def test_process_isolation_reports_a_process_that_dies_without_a_result(tmp_path
     assert proc.returncode == 1, proc.stderr
     dies = _records(tmp_path / "out.jsonl")["dies"]
     assert (dies["error_category"], dies["error_phase"]) == ("agent_error", "workflow")
-    assert "exited with code 3 without a result" in str(dies["error_message"])
+    assert str(dies["error_message"]).startswith(
+        "the workflow exited with code 3 without returning"
+    )
 
 
 def test_process_isolation_grades_and_kills_a_blocking_grader(tmp_path: Path) -> None:

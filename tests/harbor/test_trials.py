@@ -357,7 +357,9 @@ def test_prebuild_starts_trials_from_an_osmo_run_prebuilt_image(
     inspect = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
     assert inspect.returncode == 0
     plain = _kept_config(task_run_plain, "no-reward")["environment"]
-    assert plain["type"] == "docker" and "image" not in plain["kwargs"]
+    # Harbor's Docker environment, whose execs keep secrets off the command line
+    assert plain["import_path"].endswith(":SecretSafeDockerEnvironment"), plain
+    assert "image" not in plain["kwargs"]
 
 
 def test_keep_trials_keeps_successful_trial_dirs(task_run_plain: HarborRun) -> None:

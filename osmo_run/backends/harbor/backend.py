@@ -29,6 +29,12 @@ from harbor.trial.queue import TrialQueue
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
 from osmo_run.backends.harbor import docker as docker_ops
+from osmo_run.backends.harbor.cleanup import (
+    forget_staging,
+    record_staging,
+    remove_unreferenced_trial_dirs,
+)
+from osmo_run.backends.harbor.cleanup import remove_staging as remove_recorded_staging
 from osmo_run.backends.harbor.plugins import (
     AGENT_RESULT_FILE,
     GRADER_RESULT_FILE,
@@ -121,7 +127,12 @@ class HarborBackend(ExecutionBackend):
     from ``user_code_dir`` although dot-files or secret-looking (:mod:`.runtime`);
     ``secrets``: values (API keys) no staged file may hold; ``never_staged`` (the
     dataset, the run's directory and files) and ``trials_dir`` are never staged, even
-    inside ``user_code_dir``. :meth:`setup_note` says what was staged.
+    inside ``user_code_dir``. :meth:`setup_note` says what was staged. ``results_path``:
+    the run's results file, given when ``trials_dir`` is the run's own; the trial
+    directories none of its rows points at (an earlier, killed invocation's) are removed
+    before any row runs. ``run_dir``: where the staging copy is noted, so that a later
+    invocation of the run (``--resume``) or ``osmo-run cleanup`` removes it after a
+    ``kill -9`` (default: the parent of ``trials_dir``).
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -153,6 +164,8 @@ class HarborBackend(ExecutionBackend):
         code_include: tuple[str, ...] = (),
         secrets: tuple[str, ...] = (),
         never_staged: tuple[Path, ...] = (),
+        results_path: Path | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -173,9 +186,11 @@ class HarborBackend(ExecutionBackend):
         self._prebuild = prebuild_local_image and self._is_docker
         self._cleanup = cleanup_successful_trials
         self._preflight_timeout_sec = preflight_timeout_sec
+        self._results_path = results_path
         self._run_id = run_id or "adhoc"
         self._invocation = uuid.uuid4().hex[:8]
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
+        self._run_dir = (run_dir or self._trials_dir.parent).resolve()
         self._llm = llm
         self._llm_api_key_env = llm_api_key_env
         self._judge = judge
@@ -241,12 +256,20 @@ class HarborBackend(ExecutionBackend):
             await self._resolve_requirements()  # before anything is written or started
             self._trials_dir.mkdir(parents=True, exist_ok=True)
             sweep_stale_staging()  # what killed runs left (a kill leaves no time to clean)
+            # what an earlier invocation of this run, killed, left: its staging copy (with
+            # the code dir's .env) and the trial directories no result row keeps
+            self._run_dir.mkdir(parents=True, exist_ok=True)
+            remove_recorded_staging(self._run_dir, self._run_id, keep=self._invocation)
+            if self._results_path is not None:
+                remove_unreferenced_trial_dirs(self._trials_dir, self._results_path)
             staging = make_staging(self._invocation)
+            record_staging(self._run_dir, self._run_id, self._invocation, staging)
             try:
                 await self._stage_and_build(staging, llm_url, judge_url)
             except BaseException:  # a refusal, a failed build, Ctrl-C: no copy survives
                 self._setup = None
                 remove_staging(staging)
+                forget_staging(self._run_dir, self._invocation)
                 raise
 
     async def _stage_and_build(
@@ -331,6 +354,7 @@ class HarborBackend(ExecutionBackend):
             await relay.close()
         if self._setup is not None:
             remove_staging(self._setup.staging)
+            forget_staging(self._run_dir, self._invocation)
 
     async def execute(
         self,

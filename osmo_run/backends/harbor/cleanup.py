@@ -1,10 +1,13 @@
 """Remove what harbor runs killed with SIGKILL (or a lost machine) left behind: their
-containers and networks (found by label) and the trial directories no result row keeps;
+containers and networks (found by label), their staging copies (the SDK, the user's code
+with its ``.env``, the trials' inputs) and the trial directories no result row keeps;
 and, with ``--images``, the images osmo-run built that no recent run used."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,19 +28,97 @@ class Cleaned:
     networks: int
     trial_dirs: int = 0
     kept_trial_dirs: int = 0
+    staging: int = 0
 
 
-def kept_trial_dirs(run: LoadedRun) -> set[Path]:
-    """The trial directories result rows point at (kept for debugging), resolved."""
+STAGING_RECORD = ".osmo-run-staging-"
+"""Prefix of the file in a run's directory that names one invocation's staging directory
+(``.osmo-run-staging-<invocation>``), so a later invocation, or ``osmo-run cleanup``,
+removes the staging a killed one left in the temporary directory."""
+
+
+def staging_prefix(invocation: str) -> str:
+    """The name every staging directory of ``invocation`` starts with (in the system's
+    temporary directory)."""
+    return f"osmo-run-{invocation}-"
+
+
+def record_staging(run_dir: Path, run_id: str, invocation: str, staging: Path) -> None:
+    """Note in ``run_dir`` that ``invocation`` of the run ``run_id`` staged into
+    ``staging``."""
+    record = run_dir / f"{STAGING_RECORD}{invocation}"
+    record.write_text(f"{run_id}\n{staging}\n", encoding="utf-8")
+
+
+def forget_staging(run_dir: Path, invocation: str) -> None:
+    """Drop ``invocation``'s record (its staging is gone). Never raises."""
+    with contextlib.suppress(OSError):
+        (run_dir / f"{STAGING_RECORD}{invocation}").unlink(missing_ok=True)
+
+
+def remove_staging(run_dir: Path, run_id: str | None = None, keep: str | None = None) -> int:
+    """Remove the staging directories the records in ``run_dir`` name (of the run
+    ``run_id`` only when given: runs may share a directory; every invocation's but
+    ``keep``'s) and their records; return how many were removed. A record naming anything
+    but a staging directory of its invocation directly in the temporary directory is
+    dropped, never followed. Never raises."""
+    removed = 0
+    temp = Path(tempfile.gettempdir()).resolve()
+    with contextlib.suppress(OSError):
+        for record in run_dir.glob(f"{STAGING_RECORD}*"):
+            invocation = record.name.removeprefix(STAGING_RECORD)
+            if invocation == keep or not record.is_file():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                recorded_run, _, path = record.read_text(encoding="utf-8").partition("\n")
+                if run_id is not None and recorded_run != run_id:
+                    continue
+                staged = Path(path.strip())
+                if (
+                    staged.parent.resolve() == temp
+                    and staged.name.startswith(staging_prefix(invocation))
+                    and staged.is_dir()
+                    and not staged.is_symlink()
+                ):
+                    shutil.rmtree(staged, ignore_errors=True)
+                    removed += 1
+            record.unlink(missing_ok=True)
+    return removed
+
+
+def referenced_trial_dirs(results: Path) -> set[Path]:
+    """The trial directories the rows of ``results`` point at (kept for debugging),
+    resolved; none when the file does not exist yet."""
+    if not results.is_file():
+        return set()
     return {
         Path(str(record["backend"]["trial_dir"])).resolve()
-        for record in iter_records(run.paths.results)
+        for record in iter_records(results)
         if isinstance(record.get("backend"), dict) and record["backend"].get("trial_dir")
     }
 
 
+def remove_unreferenced_trial_dirs(trials_dir: Path, results: Path) -> int:
+    """Remove the trial directories in ``trials_dir`` no row of ``results`` points at;
+    return how many. Call it only while no trial of the run is running."""
+    kept = referenced_trial_dirs(results)
+    removed = 0
+    if trials_dir.is_dir():
+        for trial in trials_dir.iterdir():
+            if trial.is_dir() and not trial.is_symlink() and trial.resolve() not in kept:
+                shutil.rmtree(trial, ignore_errors=True)
+                removed += 1
+    return removed
+
+
+def kept_trial_dirs(run: LoadedRun) -> set[Path]:
+    """The trial directories result rows point at (kept for debugging), resolved."""
+    return referenced_trial_dirs(run.paths.results)
+
+
 async def clean_run(run: LoadedRun) -> Cleaned:
-    """Remove ``run``'s containers, networks and unreferenced trial directories.
+    """Remove ``run``'s containers, networks, staging copies and unreferenced trial
+    directories.
 
     Raises :class:`InputError` when the run has no manifest (its run id is unknown).
     """
@@ -46,13 +127,9 @@ async def clean_run(run: LoadedRun) -> Cleaned:
     label = f"{docker_ops.RUN_LABEL}={run.manifest.run_id}"
     containers, networks = await docker_ops.remove_labelled(label)
     kept = kept_trial_dirs(run)
-    removed = 0
-    if run.paths.trials.is_dir():
-        for trial in run.paths.trials.iterdir():
-            if trial.is_dir() and trial.resolve() not in kept:
-                shutil.rmtree(trial, ignore_errors=True)
-                removed += 1
-    return Cleaned(containers, networks, removed, len(kept))
+    staging = remove_staging(run.paths.directory)
+    removed = remove_unreferenced_trial_dirs(run.paths.trials, run.paths.results)
+    return Cleaned(containers, networks, removed, len(kept), staging)
 
 
 async def clean_all() -> Cleaned:

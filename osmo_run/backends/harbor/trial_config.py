@@ -18,8 +18,16 @@ from harbor.models.trial.config import (
     VerifierConfig,
 )
 
-from osmo_run.backends.harbor.environment import PREBUILT_IMAGE_IMPORT_PATH
-from osmo_run.backends.harbor.plugins import AGENT_IMPORT_PATH, VERIFIER_IMPORT_PATH
+from osmo_run.backends.harbor.environment import (
+    PREBUILT_IMAGE_IMPORT_PATH,
+    SECRET_SAFE_IMPORT_PATH,
+)
+from osmo_run.backends.harbor.plugins import (
+    AGENT_IMPORT_PATH,
+    GRADER_ENVIRONMENT_START_SEC,
+    VERIFIER_IMPORT_PATH,
+)
+from osmo_run.backends.harbor.preflight import is_local_docker
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_MARGIN_SEC, with_margin
@@ -82,22 +90,50 @@ def trial_config(
         request, setup.workflow_path, setup.workflow_config, setup.llm, setup.llm_url
     )
     workflow_file.write_text(json.dumps(spec), encoding="utf-8")
-    verifier, grading = _verifier_config(setup, request, task_dir, inputs)
+    environment = _environment_config(setup, image)
+    uploads = _Uploads(setup, site_archive, image is None)
+    verifier, grading = _verifier_config(setup, request, task_dir, inputs, environment, uploads)
     config = TrialConfig(
         task=TaskConfig(path=task_dir),
         trial_name=trial_name,
         trials_dir=setup.trials_dir,
-        agent=_agent_config(
-            setup, request, workflow_file, site_archive if image is None else None, image is None
-        ),
-        environment=_environment_config(setup, image),
+        agent=_agent_config(setup, request, workflow_file, uploads),
+        environment=environment,
         verifier=verifier,
     )
     return config, grading
 
 
+@dataclass(frozen=True)
+class _Uploads:
+    """What a trial's environments get uploaded at setup: the runtime and code (when no
+    image is prebuilt) and the installed requirements (``None``: none, or in the image)."""
+
+    runtime_dir: str | None
+    code_dir: str | None
+    site_archive: str | None
+
+    def __init__(self, setup: TrialSetup, site_archive: Path | None, uploads: bool) -> None:
+        object.__setattr__(self, "runtime_dir", str(setup.staging / "runtime") if uploads else None)
+        object.__setattr__(self, "code_dir", str(setup.staging / "code") if uploads else None)
+        archive = str(site_archive) if site_archive is not None and uploads else None
+        object.__setattr__(self, "site_archive", archive)
+
+    def kwargs(self) -> dict[str, str | None]:
+        return {
+            "runtime_dir": self.runtime_dir,
+            "code_dir": self.code_dir,
+            "site_archive": self.site_archive,
+        }
+
+
 def _environment_config(setup: TrialSetup, image: str | None) -> EnvironmentConfig:
+    """The trial's environment: the prebuilt image's, else the task's; on local Docker
+    always one whose execs keep secrets off the host's process list."""
     environment = setup.environment.model_copy(deep=True)
+    if is_local_docker(environment):
+        environment.import_path = SECRET_SAFE_IMPORT_PATH
+        environment.type = None
     if setup.compose_overlay is not None:
         environment.extra_docker_compose = [
             *environment.extra_docker_compose,
@@ -114,17 +150,14 @@ def _agent_config(
     setup: TrialSetup,
     request: ExecutionRequest,
     workflow_file: Path,
-    site_archive: Path | None,
-    uploads: bool,
+    uploads: _Uploads,
 ) -> AgentConfig:
     key_env = setup.llm_api_key_env
     return AgentConfig(
         import_path=AGENT_IMPORT_PATH,
         kwargs={
             "input_path": str(workflow_file),
-            "runtime_dir": str(setup.staging / "runtime") if uploads else None,
-            "code_dir": str(setup.staging / "code") if uploads else None,
-            "site_archive": str(site_archive) if site_archive is not None else None,
+            **uploads.kwargs(),
             "agent_timeout_sec": request.agent_timeout_sec,
         },
         override_timeout_sec=with_margin(request.agent_timeout_sec, HARBOR_MARGIN_SEC),
@@ -134,7 +167,12 @@ def _agent_config(
 
 
 def _verifier_config(
-    setup: TrialSetup, request: ExecutionRequest, task_dir: Path, inputs: Path
+    setup: TrialSetup,
+    request: ExecutionRequest,
+    task_dir: Path,
+    inputs: Path,
+    environment: EnvironmentConfig,
+    uploads: _Uploads,
 ) -> tuple[VerifierConfig, str]:
     if setup.grader_path is None:
         if (task_dir / "tests" / "test.sh").is_file() and request.grade:
@@ -154,9 +192,18 @@ def _verifier_config(
     key_env = setup.judge_api_key_env
     verifier = VerifierConfig(
         import_path=VERIFIER_IMPORT_PATH,
-        kwargs={"input_path": str(grader_file), "grader_timeout_sec": timeout},
-        override_timeout_sec=with_margin(timeout, HARBOR_MARGIN_SEC),
-        # like the agent's key: a ${VAR} template, filled in by the verifier plugin
+        kwargs={
+            "input_path": str(grader_file),
+            "grader_timeout_sec": timeout,
+            # the grader's own environment is started like the trial's (no secrets here:
+            # an environment's env holds ${VAR} templates, never values)
+            "grader_environment": environment.model_dump(mode="json"),
+            **uploads.kwargs(),
+        },
+        # the grader's environment starts inside Harbor's verifier deadline
+        override_timeout_sec=with_margin(timeout, HARBOR_MARGIN_SEC + GRADER_ENVIRONMENT_START_SEC),
+        # like the agent's key: a ${VAR} template, filled in by the verifier plugin and
+        # given to the grader's process only
         env={JUDGE_API_KEY_ENV: "${" + key_env + "}"} if key_env else {},
     )
     return verifier, OSMO_GRADES
