@@ -64,6 +64,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
     from osmo_run.backends.harbor import HarborBackend
     from osmo_run.backends.harbor.requirements import RequirementOptions
+    from osmo_run.run.runlock import lock_path
 
     task = spec.harbor
     requirements = RequirementOptions.from_fields(spec.requirements.model_dump())
@@ -89,6 +90,7 @@ def _backend_factory(spec: RunSpec, environment: Any, user_code_dir: Path | None
             judge=context.judge,
             judge_api_key_env=spec.judge.api_key_env if spec.judge else None,
             requirements=requirements,
+            run_lock=lock_path(context.paths),
         )
 
     return make_backend

@@ -26,6 +26,7 @@ from osmo_run.run.manifest import write_manifest
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.plan import RunPlan, plan_run, with_model_server
 from osmo_run.run.resume import ResumeState, prepare_run_dir
+from osmo_run.run.runlock import run_locked
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.settings import BackendContext, BackendFactory, RunSettings
 from osmo_run.run.summary import RunSummary
@@ -43,6 +44,13 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
+    with run_locked(plan.paths):  # one live invocation per run: held until the summary
+        return _execute_locked(plan, make_backend, console)
+
+
+def _execute_locked(plan: RunPlan, make_backend: BackendFactory, console: Console) -> ExitCode:
+    """:func:`execute_run` once the run is this process's alone."""
+    settings = plan.settings
     check_report_paths(plan)  # before any file changes: a report must not fail at the end
     state = prepare_run_dir(plan)
     if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)

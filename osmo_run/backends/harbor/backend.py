@@ -64,6 +64,7 @@ from osmo_run.errors import (
     InputError,
     TaskDirError,
 )
+from osmo_run.run.runlock import held_by_another
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
@@ -111,7 +112,9 @@ class HarborBackend(ExecutionBackend):
     what trials install beyond the image (:mod:`.requirements`; default: the code dir's),
     resolved before any row and baked into the prebuilt image or uploaded at setup.
     ``preflight_timeout_sec`` bounds the one API call that checks a remote environment
-    before any row runs (:mod:`.remote_probes`).
+    before any row runs (:mod:`.remote_probes`). ``run_lock`` is the lock file this
+    invocation holds (:mod:`osmo_run.run.runlock`): its containers carry it, so no other
+    run's sweep removes them while it lives.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -140,6 +143,7 @@ class HarborBackend(ExecutionBackend):
         run_id: str | None = None,
         requirements: RequirementOptions | None = None,
         preflight_timeout_sec: float = PREFLIGHT_TIMEOUT_SEC,
+        run_lock: Path | None = None,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -157,6 +161,7 @@ class HarborBackend(ExecutionBackend):
         self._cleanup = cleanup_successful_trials
         self._preflight_timeout_sec = preflight_timeout_sec
         self._run_id = run_id or "adhoc"
+        self._run_lock = run_lock
         self._invocation = uuid.uuid4().hex[:8]
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
         self._llm = llm
@@ -265,14 +270,24 @@ class HarborBackend(ExecutionBackend):
 
     async def _label_containers(self, staging: Path) -> Path | None:
         """The compose overlay labelling this run's Docker containers, after removing what
-        an earlier, killed invocation of the same run left (``None`` off Docker)."""
+        an earlier, killed invocation of the same run left (``None`` off Docker). A live
+        run with the same id (the same spec and data, another ``--output``) keeps its
+        containers: its lock file is held."""
         if not self._is_docker:
             return None
         overlay = staging / "run-labels.compose.yaml"
         overlay.write_text(
-            docker_ops.labels_overlay(self._run_id, self._invocation), encoding="utf-8"
+            docker_ops.labels_overlay(self._run_id, self._invocation, self._run_lock),
+            encoding="utf-8",
         )
-        await docker_ops.remove_labelled(f"{docker_ops.RUN_LABEL}={self._run_id}")
+        own = str(self._run_lock)
+
+        def live_elsewhere(lock_file: str) -> bool:
+            return lock_file != own and held_by_another(Path(lock_file))
+
+        await docker_ops.remove_labelled(
+            f"{docker_ops.RUN_LABEL}={self._run_id}", keep=live_elsewhere
+        )
         return overlay
 
     async def aclose(self) -> None:

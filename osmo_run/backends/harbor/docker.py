@@ -34,9 +34,20 @@ INVOCATION_LABEL = "osmo-run.invocation"
 """Docker label naming one ``osmo-run`` process's trials, swept when that process ends."""
 
 
-def labels_overlay(run_id: str, invocation: str) -> str:
-    """A compose file adding both labels to the trial's main service and its network."""
-    labels = f'      {RUN_LABEL}: "{run_id}"\n      {INVOCATION_LABEL}: "{invocation}"\n'
+LOCK_LABEL = "osmo-run.lock"
+"""Docker label naming the run lock file (:mod:`osmo_run.run.runlock`) of the invocation
+that started a container: while that file is locked, the container belongs to a live run
+and no sweep removes it."""
+
+
+def labels_overlay(run_id: str, invocation: str, lock_file: Path | None = None) -> str:
+    """A compose file adding the run, invocation and (given ``lock_file``) lock labels to
+    the trial's main service and its network."""
+    values = {RUN_LABEL: run_id, INVOCATION_LABEL: invocation}
+    if lock_file is not None:
+        values[LOCK_LABEL] = str(lock_file)
+    # JSON strings are YAML double-quoted scalars: any path stays one value
+    labels = "".join(f"      {key}: {json.dumps(value)}\n" for key, value in values.items())
     return f"services:\n  main:\n    labels:\n{labels}networks:\n  default:\n    labels:\n{labels}"
 
 
@@ -276,16 +287,29 @@ async def prebuild_image(
     return tag
 
 
-async def remove_labelled(label: str) -> tuple[int, int]:
+async def remove_labelled(label: str, keep: Callable[[str], bool] | None = None) -> tuple[int, int]:
     """Remove every container, then every network, carrying ``label`` (``key`` or
-    ``key=value``); return how many of each. Never raises."""
+    ``key=value``), except those whose :data:`LOCK_LABEL` value ``keep`` says to keep (a
+    live run's); return how many of each were removed. Never raises."""
     try:
-        ids = (await docker("ps", "-aq", "--filter", f"label={label}")).split()
+        ids = await _labelled("ps", "-a", label=label, keep=keep)
         if ids:
             await docker("rm", "-f", *ids, check=False)
-        networks = (await docker("network", "ls", "-q", "--filter", f"label={label}")).split()
+        networks = await _labelled("network", "ls", label=label, keep=keep)
         if networks:
             await docker("network", "rm", *networks, check=False)
         return len(ids), len(networks)
     except Exception:
         return 0, 0
+
+
+async def _labelled(*listing: str, label: str, keep: Callable[[str], bool] | None) -> list[str]:
+    """The ids ``docker LISTING`` gives for ``label``, less those ``keep`` keeps."""
+    form = "{{.ID}} {{.Label " + json.dumps(LOCK_LABEL) + "}}"
+    text = await docker(*listing, "--filter", f"label={label}", "--format", form)
+    ids = []
+    for line in text.splitlines():
+        found, _, lock_file = line.strip().partition(" ")
+        if found and not (keep is not None and lock_file and keep(lock_file)):
+            ids.append(found)
+    return ids
