@@ -125,7 +125,31 @@ def _run_rows(
     with contextlib.ExitStack() as signals:  # restored after leftover tasks had their grace
 
         async def main() -> RunSummary:
-            await backend.prepare()  # before any file is written: a refusal leaves nothing
+            loop = asyncio.get_running_loop()
+            runner: Runner | None = None
+            preparing = asyncio.ensure_future(backend.prepare())
+
+            def interrupt() -> None:
+                if runner is None:  # still preparing: nothing ran, nothing to record
+                    preparing.cancel()
+                    return
+                display.message(
+                    "Interrupted: cancelling rows in flight (press Ctrl-C again to quit at once)"
+                )
+                runner.interrupt()
+
+            # from the start: a SIGTERM during an image build must not orphan the build
+            signals.enter_context(interrupts_handled(loop, interrupt, display.stop))
+            try:
+                await preparing  # before any file is written: a refusal leaves nothing
+            except asyncio.CancelledError:
+                await backend.aclose()
+                print(
+                    "interrupted while preparing the run (its checks and image builds were "
+                    "stopped, their processes ended); no row ran",
+                    file=sys.stderr,
+                )
+                raise KeyboardInterrupt from None  # exit 130
             with OutputWriter(plan.paths.results, plan.secrets) as writer:
                 runner = Runner(
                     backend,
@@ -136,16 +160,6 @@ def _run_rows(
                     fail_fast=settings.fail_fast or settings.smoke_rows is not None,
                     breaker=None if plan.spec.breaker is None else Breaker(plan.spec.breaker),
                 )
-
-                def interrupt() -> None:
-                    display.message(
-                        "Interrupted: cancelling rows in flight (press Ctrl-C again to quit "
-                        "at once)"
-                    )
-                    runner.interrupt()
-
-                loop = asyncio.get_running_loop()
-                signals.enter_context(interrupts_handled(loop, interrupt, display.stop))
                 write_manifest(plan.paths.manifest, plan.manifest)
                 display.start(
                     state.to_run(plan.rollouts), _describe(plan, state, backend.max_concurrency)
