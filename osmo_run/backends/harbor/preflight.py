@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -63,19 +64,49 @@ def task_for_row(request: ExecutionRequest, task_dir: Path | None, tasks_root: P
     root = tasks_root or (task_dir.parent if task_dir else None)
     if root is None or not isinstance(name, str):
         raise InputError(f"row {request.id}: metadata.{TASK_METADATA_KEY} must be a string")
-    chosen = (root / name).resolve()
-    if not chosen.is_relative_to(root):
+    field = f"row {request.id}: metadata.{TASK_METADATA_KEY} {_shown(name)}"
+    problem = _name_problem(name)
+    if problem is not None:
+        raise InputError(f"{field} {problem}; give a task directory's name under {root}")
+    try:
+        chosen = (root / name).resolve()
+        if not chosen.is_relative_to(root):
+            raise InputError(f"{field} leaves the tasks directory {root}")
+        problems = check_task_dir(chosen)
+    except (OSError, ValueError) as exc:  # a name the file system cannot take
         raise InputError(
-            f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} leaves the tasks "
-            f"directory {root}"
-        )
-    problems = check_task_dir(chosen)
+            f"{field} cannot name a task directory under {root}: {exc}"[:_MESSAGE_CHARS]
+        ) from None
     if problems:
-        raise InputError(
-            f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} ({chosen}): "
-            + "; ".join(problems)
-        )
+        raise InputError(f"{field} ({chosen}): " + "; ".join(problems))
     return chosen
+
+
+_NAME_CHARS = 1024
+"""The longest ``metadata.harbor_task`` taken (Linux paths are 4,096 bytes at most, names
+255; task directories are short)."""
+_PART_CHARS = 255
+_MESSAGE_CHARS = 1000
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a task directory, or ``None``: empty, too long, or holding
+    a control character or an unpaired surrogate (which no file name should hold)."""
+    if not name.strip():
+        return "is empty"
+    if len(name) > _NAME_CHARS or any(len(part) > _PART_CHARS for part in name.split("/")):
+        return (
+            f"is {len(name)} characters long (at most {_NAME_CHARS}, {_PART_CHARS} per directory)"
+        )
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
+        return "holds control characters or unpaired surrogates"
+    return None
+
+
+def _shown(name: str) -> str:
+    """``name`` as a message shows it: escaped (no control character reaches a terminal
+    or a log) and cut to 80 characters."""
+    return repr(name[:80]) + ("..." if len(name) > 80 else "")
 
 
 def environment_config(
