@@ -37,6 +37,7 @@ from osmo_run.backends.harbor.plugins import (
 )
 from osmo_run.backends.harbor.preflight import (
     check_environment,
+    check_image_python,
     check_task_dir,
     environment_name,
     is_local_docker,
@@ -183,6 +184,7 @@ class HarborBackend(ExecutionBackend):
         # hold the lock (and every other row) for another pull, build or pip run.
         self._site_failures: dict[Path, InputError | DockerCommandError] = {}
         self._image_failures: dict[Path, InputError | DockerCommandError] = {}
+        self._python_checked: dict[Path, TaskDirError | None] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
         self._site_lock = asyncio.Lock()
@@ -223,10 +225,19 @@ class HarborBackend(ExecutionBackend):
             await check_environment(self._environment, self._preflight_timeout_sec)
             llm_url, judge_url = await self._reach_endpoints()
             if self._task_dir is not None:
-                problems = check_task_dir(self._task_dir)
+                problems = check_task_dir(self._task_dir, self._grader_path is not None)
                 if problems:
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             await self._resolve_requirements()  # before anything is written or started
+            if self._task_dir is not None:
+                try:
+                    await self._check_python(self._task_dir)
+                except TaskDirError as exc:
+                    raise TaskDirError(f"--task-dir {self._task_dir}: {exc}") from None
+                except DockerCommandError as exc:
+                    raise EnvironmentNotReady(
+                        f"--task-dir {self._task_dir}: preparing the trial image failed: {exc}"
+                    ) from None
             self._trials_dir.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f"osmo-run-{self._invocation}-"))
             stage_runtime(staging / "runtime")
@@ -321,7 +332,10 @@ class HarborBackend(ExecutionBackend):
         # invocation and sequence number, readable by the row's safe name, never its raw id.
         trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{docker_part(request.safe_name)}"
         try:
-            task_dir = task_for_row(request, self._task_dir, self._tasks_root)
+            task_dir = task_for_row(
+                request, self._task_dir, self._tasks_root, self._grader_path is not None
+            )
+            await self._check_python(task_dir)
             image = await self._image_for(task_dir) if self._prebuild else None
             site = None if self._prebuild else await self._site_for(task_dir)
             config, grading = trial_config(self._setup, request, trial_name, task_dir, image, site)
@@ -373,6 +387,22 @@ class HarborBackend(ExecutionBackend):
                 raise EnvironmentNotReady(
                     f"--task-dir {self._task_dir}: preparing the trial image failed: {exc}"
                 ) from None
+
+    async def _check_python(self, task_dir: Path) -> None:
+        """Raise :class:`TaskDirError` unless ``task_dir``'s image (local Docker only: a
+        remote one cannot be asked) has the python3 the runner needs; asked once per task
+        per run (and once per image id, on disk), a failure raised again for each row."""
+        if not self._is_docker:
+            return
+        if task_dir not in self._python_checked:
+            try:
+                await check_image_python(await docker_ops.task_image(task_dir))
+                self._python_checked[task_dir] = None
+            except TaskDirError as exc:
+                self._python_checked[task_dir] = exc
+        failure = self._python_checked[task_dir]
+        if failure is not None:
+            raise failure.with_traceback(None)
 
     async def _site_for(self, task_dir: Path) -> Path | None:
         """The workflow's requirements installed for ``task_dir``'s image (an archive), or
