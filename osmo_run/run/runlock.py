@@ -1,4 +1,5 @@
-"""One live invocation per run: an OS lock on ``<stem>.lock`` beside the results file.
+"""One live invocation per run: an OS lock on ``<results>.lock`` beside the results file
+(``results.jsonl.lock``).
 
 Every command that writes into a run directory (``local``, ``harbor``, ``regrade``, with
 ``--resume``, ``--retry-errors`` or ``--overwrite``) holds the lock while it runs; a second
@@ -24,6 +25,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -43,8 +45,9 @@ class RunLocked(OutputError):
 
 
 def lock_path(paths: RunPaths) -> Path:
-    """The lock file of the run whose results file is ``paths.results``."""
-    return paths.results.with_name(paths.results.stem + ".lock")
+    """The lock file of the run whose results file is ``paths.results``: its name plus
+    ``.lock`` (never the results file itself, whatever ``--output`` names)."""
+    return paths.results.with_name(paths.results.name + ".lock")
 
 
 @contextlib.contextmanager
@@ -69,7 +72,8 @@ def run_locked(paths: RunPaths, what: str = "run") -> Iterator[None]:
     finally:
         if fd is not None:
             with contextlib.suppress(OSError):
-                path.unlink()  # while still held: a waiter that opened it sees another inode
+                if path.stat(follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                    path.unlink()  # while held: a waiter that opened it sees another inode
             os.close(fd)  # releases the lock
         with contextlib.suppress(OSError):  # a run refused before it wrote anything
             for made in created:  # leaf first; rmdir fails on the first one not empty
@@ -79,10 +83,15 @@ def run_locked(paths: RunPaths, what: str = "run") -> Iterator[None]:
 def _acquire(path: Path, what: str, paths: RunPaths) -> int | None:
     """The open, locked lock file at ``path`` with this process's record written; ``None``
     (after a warning) when the file system cannot lock. Raises :class:`RunLocked`."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(path, flags, 0o600)  # never through a symlink: it could aim anywhere
         try:
+            _check_is_lock_file(fd, path, paths)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OutputError:
+            os.close(fd)
+            raise
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
@@ -108,6 +117,29 @@ def _acquire(path: Path, what: str, paths: RunPaths) -> int | None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
     return fd
+
+
+_RECORD_KEYS = frozenset({"pid", "host", "started"})
+
+
+def _check_is_lock_file(fd: int, path: Path, paths: RunPaths) -> None:
+    """Raise :class:`OutputError` unless the open file ``fd`` is empty or an osmo-run lock
+    record: a dataset or another file that happens to sit at the lock's path must never
+    be overwritten (nor removed)."""
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode):
+        if info.st_size == 0:
+            return
+        try:
+            record = json.loads(os.pread(fd, 4096, 0))
+            if isinstance(record, dict) and record.keys() >= _RECORD_KEYS:
+                return
+        except ValueError:
+            pass
+    raise OutputError(
+        f"{path}: exists and is not an osmo-run lock file, which {paths.results} needs "
+        "there; move it away, or give --output another name"
+    )
 
 
 def _refusal(path: Path, what: str, paths: RunPaths) -> str:

@@ -93,7 +93,7 @@ def test_lock_left_with_a_stale_record_is_taken_over(
     output = tmp_path / "run" / "results.jsonl"
     output.parent.mkdir()
     stale = {"pid": 999999, "host": "gone-node", "started": "2026-01-01T00:00:00+00:00"}
-    output.with_name("results.lock").write_text(json.dumps(stale))
+    output.with_name("results.jsonl.lock").write_text(json.dumps(stale))
     done = cli.local(data, *GRADED, "--display", "plain", "-o", output)
     assert done.returncode == 0, done.stderr
     assert len(read_jsonl(output)) == 3
@@ -127,3 +127,47 @@ def test_regrade_into_a_live_regrade_is_refused(
     finally:
         first.kill()
         first.communicate(timeout=30)
+
+
+def test_a_file_at_the_lock_path_is_never_overwritten(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """The dataset itself sits where the lock goes (``--output`` aliasing it): refused,
+    the dataset intact."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    data = write_jsonl(_slow_rows(2, 0), name="run/results.jsonl.lock")
+    before = data.read_bytes()
+    done = cli.local(data, *GRADED, "--display", "plain", "-o", run_dir / "results.jsonl")
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = error_lines(done.stderr)
+    assert "is not an osmo-run lock file" in line and "--output" in line, line
+    assert data.read_bytes() == before
+
+
+def test_a_symlink_at_the_lock_path_is_not_followed(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    data = write_jsonl(_slow_rows(2, 0))
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.jsonl.lock").symlink_to(precious)
+    done = cli.local(data, *GRADED, "--display", "plain", "-o", run_dir / "results.jsonl")
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = error_lines(done.stderr)
+    assert "lock file" in line, line
+    assert precious.read_text() == "keep me"
+
+
+def test_results_named_like_a_lock_file_resume_safely(
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+) -> None:
+    """``--output x.lock``: the lock is ``x.lock.lock``, never the results file."""
+    data = write_jsonl(_slow_rows(3, 0))
+    output = tmp_path / "x.lock"
+    assert cli.local(data, *GRADED, "--display", "plain", "-o", output).returncode == 0
+    done = cli.local(data, *GRADED, "--display", "plain", "-o", output, "--resume")
+    assert done.returncode == 0, done.stderr
+    assert sorted(r["row_id"] for r in read_jsonl(output)) == ["r0", "r1", "r2"]

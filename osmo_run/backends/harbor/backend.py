@@ -184,7 +184,7 @@ class HarborBackend(ExecutionBackend):
         # hold the lock (and every other row) for another pull, build or pip run.
         self._site_failures: dict[Path, InputError | DockerCommandError] = {}
         self._image_failures: dict[Path, InputError | DockerCommandError] = {}
-        self._python_checked: dict[Path, TaskDirError | None] = {}
+        self._python_checked: dict[Path, TaskDirError | DockerCommandError | None] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
         self._site_lock = asyncio.Lock()
@@ -390,15 +390,16 @@ class HarborBackend(ExecutionBackend):
 
     async def _check_python(self, task_dir: Path) -> None:
         """Raise :class:`TaskDirError` unless ``task_dir``'s image (local Docker only: a
-        remote one cannot be asked) has the python3 the runner needs; asked once per task
-        per run (and once per image id, on disk), a failure raised again for each row."""
+        remote one cannot be asked) has the python3 the runner needs, and
+        :class:`DockerCommandError` when the image cannot be had; asked once per task per
+        run (and once per image id, on disk), a failure raised again for each row."""
         if not self._is_docker:
             return
         if task_dir not in self._python_checked:
             try:
                 await check_image_python(await docker_ops.task_image(task_dir))
                 self._python_checked[task_dir] = None
-            except TaskDirError as exc:
+            except (TaskDirError, DockerCommandError) as exc:  # a pull or build failed too
                 self._python_checked[task_dir] = exc
         failure = self._python_checked[task_dir]
         if failure is not None:

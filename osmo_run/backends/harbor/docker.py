@@ -198,8 +198,13 @@ def task_base_image(task_dir: Path) -> str | None:
     """``[environment].docker_image`` of a task, or ``None`` when it builds a Dockerfile."""
     try:
         config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # TOMLDecodeError, or not UTF-8
         raise TaskDirError(f"{task_dir / 'task.toml'}: cannot read it: {exc}") from None
+    except RecursionError:
+        raise TaskDirError(
+            f"{task_dir / 'task.toml'}: nested too deeply to read; a task.toml is a few "
+            "flat sections"
+        ) from None
     image = (config.get("environment") or {}).get("docker_image")
     return str(image) if image else None
 
@@ -213,7 +218,7 @@ def task_build_timeout(task_dir: Path) -> float:
     a positive number; a task Harbor rejects is refused before, see :mod:`.preflight`)."""
     try:
         config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, ValueError, RecursionError):
         return DEFAULT_BUILD_TIMEOUT_SEC
     value = (config.get("environment") or {}).get("build_timeout_sec")
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -260,7 +265,9 @@ def build_failure(message: str) -> str:
     shown = [line for line in lines[:-1] if not line.startswith(noise)][-3:]
     where = f" at {steps[-1]}" if steps else ""
     last = f" (last output: {' | '.join(shown)})" if shown else ""
-    return f"docker build failed{where}: {error}{last}"[:1000]
+    text = f"docker build failed{where}: {error}{last}"
+    # the Dockerfile's own output: no escape sequence or bidi control reaches a terminal
+    return "".join(char if char.isprintable() else " " for char in text)[:1000]
 
 
 async def task_image(task_dir: Path) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -172,15 +171,19 @@ _MESSAGE_CHARS = 1000
 
 def _name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a task directory, or ``None``: empty, too long, or holding
-    a control character or an unpaired surrogate (which no file name should hold)."""
+    a character that is not printable (a control or bidi character, an unpaired
+    surrogate: no task directory is named so, and a message must not carry it)."""
     if not name.strip():
         return "is empty"
     if len(name) > _NAME_CHARS or any(len(part) > _PART_CHARS for part in name.split("/")):
         return (
             f"is {len(name)} characters long (at most {_NAME_CHARS}, {_PART_CHARS} per directory)"
         )
-    if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
-        return "holds control characters or unpaired surrogates"
+    if not name.isprintable():  # shown in messages and logs, and no task is named so
+        return (
+            "holds characters that are not printable (control, format, private-use or "
+            "unassigned characters, unpaired surrogates)"
+        )
     return None
 
 
