@@ -188,6 +188,7 @@ class HarborBackend(ExecutionBackend):
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
         self._site_lock = asyncio.Lock()
+        self._python_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
         self._relays: list[LoopbackRelay] = []
         for event in TrialEvent:
@@ -396,11 +397,13 @@ class HarborBackend(ExecutionBackend):
         if not self._is_docker:
             return
         if task_dir not in self._python_checked:
-            try:
-                await check_image_python(await docker_ops.task_image(task_dir))
-                self._python_checked[task_dir] = None
-            except (TaskDirError, DockerCommandError) as exc:  # a pull or build failed too
-                self._python_checked[task_dir] = exc
+            async with self._python_lock:  # rows of one task wait for one probe
+                if task_dir not in self._python_checked:
+                    try:
+                        await check_image_python(await docker_ops.task_image(task_dir))
+                        self._python_checked[task_dir] = None
+                    except (TaskDirError, DockerCommandError) as exc:  # a pull failed too
+                        self._python_checked[task_dir] = exc
         failure = self._python_checked[task_dir]
         if failure is not None:
             raise failure.with_traceback(None)
