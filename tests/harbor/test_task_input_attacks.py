@@ -101,3 +101,37 @@ def test_a_failed_build_message_is_one_printable_line(output: str) -> None:
     message = build_failure(f"docker build -q --force-rm failed: {output}")
     assert "\n" not in message and len(message) <= 1000
     assert all(char.isprintable() for char in message), repr(message)
+
+
+def test_a_lock_label_holding_a_newline_keeps_a_live_runs_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run directory whose path holds a newline or spaces: its containers' lock label
+    is read whole, so the sweep asks about the right lock file."""
+    import asyncio
+    import json as json_module
+
+    from osmo_run.backends.harbor import docker as docker_ops
+
+    live = "/runs/a b\nc/results.jsonl.lock"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "docker"
+    listing = tmp_path / "listing"
+    listing.write_text(f'c1 {json_module.dumps(live)}\nc2 ""\n')
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> "{tmp_path / "calls"}"\ncase "$1" in ps) cat "{listing}";; esac\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    asked: list[str] = []
+
+    def keep(lock_file: str) -> bool:
+        asked.append(lock_file)
+        return lock_file == live
+
+    removed = asyncio.run(docker_ops.remove_labelled("osmo-run.run-id=x", keep=keep))
+    assert asked == [live]
+    assert removed == (1, 0)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "rm -f c2" in calls and not any("c1" in call for call in calls if call.startswith("rm"))

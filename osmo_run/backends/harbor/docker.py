@@ -389,11 +389,16 @@ async def remove_labelled(label: str, keep: Callable[[str], bool] | None = None)
 
 async def _labelled(*listing: str, label: str, keep: Callable[[str], bool] | None) -> list[str]:
     """The ids ``docker LISTING`` gives for ``label``, less those ``keep`` keeps."""
-    form = "{{.ID}} {{.Label " + json.dumps(LOCK_LABEL) + "}}"
+    # the label as JSON: a run directory's path may hold a newline or a space
+    form = "{{.ID}} {{json (.Label " + json.dumps(LOCK_LABEL) + ")}}"
     text = await docker(*listing, "--filter", f"label={label}", "--format", form)
     ids = []
     for line in text.splitlines():
-        found, _, lock_file = line.strip().partition(" ")
-        if found and not (keep is not None and lock_file and keep(lock_file)):
+        found, _, quoted = line.strip().partition(" ")
+        try:
+            lock_file = json.loads(quoted) if quoted else ""
+        except ValueError:
+            lock_file = ""
+        if found and not (keep is not None and lock_file and keep(str(lock_file))):
             ids.append(found)
     return ids
