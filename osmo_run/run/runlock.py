@@ -66,7 +66,10 @@ def run_locked(paths: RunPaths, what: str = "run") -> Iterator[None]:
         directory.mkdir(parents=True, exist_ok=True)
         fd = _acquire(path, what, paths)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot create the run's lock file ({exc.strerror})") from None
+        raise OutputError(
+            f"{paths.results}: cannot create the run's directory or its lock file {path.name} "
+            f"({exc.strerror}); give --output a path in a directory that can be created"
+        ) from None
     try:
         yield
     finally:

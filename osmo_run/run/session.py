@@ -23,7 +23,7 @@ from osmo_run.run.display import Display, make_display
 from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
 from osmo_run.run.interrupts import interrupts_handled
 from osmo_run.run.manifest import write_manifest
-from osmo_run.run.output import OutputWriter
+from osmo_run.run.output import OutputWriter, check_writable
 from osmo_run.run.plan import RunPlan, plan_run, with_model_server
 from osmo_run.run.resume import ResumeState, prepare_run_dir
 from osmo_run.run.runlock import run_locked
@@ -44,6 +44,8 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
+    if not plan.paths.results.is_dir():  # a directory gets its own line from prepare_run_dir
+        check_writable(plan.paths.results, "--output")  # named as the flag, before the lock
     with run_locked(plan.paths):  # one live invocation per run: held until the summary
         return _execute_locked(plan, make_backend, console)
 
