@@ -133,6 +133,7 @@ def _backend_factory(
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
     from osmo_run.backends.harbor import HarborBackend
     from osmo_run.backends.harbor.requirements import RequirementOptions
+    from osmo_run.run.runlock import lock_path
 
     task = spec.harbor
     requirements = RequirementOptions.from_fields(spec.requirements.model_dump())
@@ -164,6 +165,7 @@ def _backend_factory(
             code_include=tuple(spec.code.include),
             secrets=context.secrets,
             never_staged=_never_staged(context, dataset),
+            run_lock=lock_path(context.paths),
         )
 
     return make_backend

@@ -88,7 +88,7 @@ def regrade(
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.display import render_summary
     from osmo_run.run.envfile import apply_env_file
-    from osmo_run.run.finish import exit_code_for, write_summary
+    from osmo_run.run.finish import exit_code_for
     from osmo_run.run.regrade import choose_grader, judge_endpoint
     from osmo_run.run.regrade import regrade as regrade_run
     from osmo_run.run.report import LoadedRun
@@ -105,10 +105,9 @@ def regrade(
     settings = _settings_json(grader_settings)
     name, settings = choose_grader(loaded, grader, settings, run_spec)
     with judge_endpoint(run_spec, loaded.paths.directory) as judge:
-        summary, paths = regrade_run(
+        summary, _ = regrade_run(
             loaded, name, settings, output, overwrite, concurrency, judge=judge
         )
-    write_summary(paths, summary)
     console().print(render_summary(summary))
     raise typer.Exit(int(exit_code_for(summary)))
 

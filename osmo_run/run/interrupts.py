@@ -12,6 +12,28 @@ from types import FrameType
 from osmo_run.errors import ExitCode
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_CHILD_GROUPS: set[int] = set()
+"""Process groups of the commands osmo-run runs now (``docker build``, say), each led by
+its command; a second Ctrl-C kills them before leaving, so none is orphaned."""
+
+
+@contextlib.contextmanager
+def child_group(pid: int) -> Iterator[None]:
+    """While inside, the process group led by ``pid`` (a child started with
+    ``start_new_session=True``, which a terminal's Ctrl-C no longer reaches) is killed
+    if osmo-run leaves at once on a second Ctrl-C or SIGTERM."""
+    _CHILD_GROUPS.add(pid)
+    try:
+        yield
+    finally:
+        _CHILD_GROUPS.discard(pid)
+
+
+def kill_child_groups() -> None:
+    """SIGKILL every group :func:`child_group` holds; safe in a signal handler."""
+    for group in list(_CHILD_GROUPS):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -30,6 +52,7 @@ def interrupts_handled(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal interrupted
         if interrupted:
+            kill_child_groups()
             on_exit()
             os._exit(ExitCode.INTERRUPTED)
         interrupted = True

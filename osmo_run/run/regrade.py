@@ -24,12 +24,14 @@ from typing import Any
 from osmo_run.errors import InputError, OutputError
 from osmo_run.run.columns import column_map
 from osmo_run.run.dataset import Dataset
+from osmo_run.run.finish import write_summary
 from osmo_run.run.manifest import Manifest, write_manifest
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.plan import with_shuffle
 from osmo_run.run.records import record_dict, record_line, record_safe_name
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import BadLine, RunPaths, iter_records
+from osmo_run.run.runlock import run_locked
 from osmo_run.run.selection import parse_rows
 from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
 from osmo_run.run.summary import RunSummary
@@ -144,15 +146,47 @@ def regrade(
 ) -> tuple[RunSummary, RunPaths]:
     """Grade every saved sample of ``run`` again with ``grader_name`` and ``settings`` (from
     :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
-    summary and paths. The judge's key is masked in the new rows.
+    summary and paths (its summary file written). The judge's key is masked in the new
+    rows. The new run is locked (:mod:`~osmo_run.run.runlock`) while it is written.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
-    :class:`OutputError` (the target already holds results and ``overwrite`` is off).
+    :class:`OutputError` (the target already holds results and ``overwrite`` is off, or
+    another live regrade writes it).
     """
     _refuse_unreadable_lines(run.paths.results)
     requests, manifest = _requests(run)
     grader = resolve_class(grader_name, Grader, "grader")
     paths = RunPaths(output) if output else _regraded_paths(run, grader_name, settings, judge)
+    with run_locked(paths, "regrade"):
+        summary = _regrade_into(
+            paths,
+            run,
+            requests,
+            manifest,
+            grader,
+            grader_name,
+            settings,
+            overwrite,
+            concurrency,
+            judge,
+        )
+        write_summary(paths, summary)
+    return summary, paths
+
+
+def _regrade_into(
+    paths: RunPaths,
+    run: LoadedRun,
+    requests: dict[int, ExecutionRequest],
+    manifest: Manifest,
+    grader: type[Grader],
+    grader_name: str,
+    settings: dict[str, Any],
+    overwrite: bool,
+    concurrency: int,
+    judge: LLMEndpoint | None,
+) -> RunSummary:
+    """:func:`regrade` once ``paths`` is locked: the new run's summary."""
     if paths.results.exists() and paths.results.stat().st_size > 0:
         if not overwrite:
             raise OutputError(f"{paths.results}: already holds results; pass --overwrite")
@@ -174,7 +208,7 @@ def regrade(
                 builder.add_record(record)
 
     run_to_completion(main())
-    return builder.build(output=str(paths.results)), paths
+    return builder.build(output=str(paths.results))
 
 
 def _refuse_unreadable_lines(results: Path) -> None:

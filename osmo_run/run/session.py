@@ -23,9 +23,10 @@ from osmo_run.run.display import Display, make_display
 from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
 from osmo_run.run.interrupts import interrupts_handled
 from osmo_run.run.manifest import write_manifest
-from osmo_run.run.output import OutputWriter
+from osmo_run.run.output import OutputWriter, check_writable
 from osmo_run.run.plan import RunPlan, plan_run, with_model_server
 from osmo_run.run.resume import ResumeState, prepare_run_dir
+from osmo_run.run.runlock import run_locked
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.settings import BackendContext, BackendFactory, RunSettings
 from osmo_run.run.summary import RunSummary
@@ -43,6 +44,15 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
+    if not plan.paths.results.is_dir():  # a directory gets its own line from prepare_run_dir
+        check_writable(plan.paths.results, "--output")  # named as the flag, before the lock
+    with run_locked(plan.paths):  # one live invocation per run: held until the summary
+        return _execute_locked(plan, make_backend, console)
+
+
+def _execute_locked(plan: RunPlan, make_backend: BackendFactory, console: Console) -> ExitCode:
+    """:func:`execute_run` once the run is this process's alone."""
+    settings = plan.settings
     check_report_paths(plan)  # before any file changes: a report must not fail at the end
     state = prepare_run_dir(plan)
     if settings.display == "plain":  # no control codes, even on a terminal (or a CI pty)
@@ -124,7 +134,31 @@ def _run_rows(
     with contextlib.ExitStack() as signals:  # restored after leftover tasks had their grace
 
         async def main() -> RunSummary:
-            await backend.prepare()  # before any file is written: a refusal leaves nothing
+            loop = asyncio.get_running_loop()
+            runner: Runner | None = None
+            preparing = asyncio.ensure_future(backend.prepare())
+
+            def interrupt() -> None:
+                if runner is None:  # still preparing: nothing ran, nothing to record
+                    preparing.cancel()
+                    return
+                display.message(
+                    "Interrupted: cancelling rows in flight (press Ctrl-C again to quit at once)"
+                )
+                runner.interrupt()
+
+            # from the start: a SIGTERM during an image build must not orphan the build
+            signals.enter_context(interrupts_handled(loop, interrupt, display.stop))
+            try:
+                await preparing  # before any file is written: a refusal leaves nothing
+            except asyncio.CancelledError:
+                await backend.aclose()
+                print(
+                    "interrupted while preparing the run (its checks and image builds were "
+                    "stopped, their processes ended); no row ran",
+                    file=sys.stderr,
+                )
+                raise KeyboardInterrupt from None  # exit 130
             with OutputWriter(plan.paths.results, plan.secrets) as writer:
                 runner = Runner(
                     backend,
@@ -135,16 +169,6 @@ def _run_rows(
                     fail_fast=settings.fail_fast or settings.smoke_rows is not None,
                     breaker=None if plan.spec.breaker is None else Breaker(plan.spec.breaker),
                 )
-
-                def interrupt() -> None:
-                    display.message(
-                        "Interrupted: cancelling rows in flight (press Ctrl-C again to quit "
-                        "at once)"
-                    )
-                    runner.interrupt()
-
-                loop = asyncio.get_running_loop()
-                signals.enter_context(interrupts_handled(loop, interrupt, display.stop))
                 write_manifest(plan.paths.manifest, plan.manifest)
                 display.start(state.to_run(plan.rollouts), _describe(plan, state, backend))
                 if state.note:

@@ -208,7 +208,8 @@ def _check_task(task_dir: Path, spec: RunSpec | None, result: Validation) -> Non
     except OsmoRunError as exc:
         result.problems.append(str(exc))
         return
-    problems = check_task_dir(task_dir)
+    graded = spec is not None and spec.grader is not None
+    problems = check_task_dir(task_dir, graded)
     result.problems += [f"task {task_dir}: {problem}" for problem in problems]
     if not problems:
         result.checked.append(f"task {task_dir}")
@@ -217,8 +218,30 @@ def _check_task(task_dir: Path, spec: RunSpec | None, result: Validation) -> Non
         _check_environment("docker", result)
     else:
         _check_environment(spec.harbor.env, result, spec.harbor.preflight_timeout_sec)
+    if not problems and len(result.problems) == before:
+        _check_image(task_dir, spec, result)
     if spec is not None and not problems and len(result.problems) == before:
         _check_requirements(task_dir, spec, result)
+
+
+def _check_image(task_dir: Path, spec: RunSpec | None, result: Validation) -> None:
+    """What a harbor run asks before its first row on local Docker: the task's image
+    (built or pulled) has the python3 the runner needs."""
+    from osmo_run.backends.harbor import docker as docker_ops
+    from osmo_run.backends.harbor.preflight import check_image_python
+    from osmo_run.sdk.rollout import run_to_completion
+
+    harbor = spec.harbor if spec is not None else None
+    if harbor is not None and (harbor.environment_import_path or harbor.env != "docker"):
+        return  # a remote environment's image cannot be asked from here
+
+    async def ask() -> str:
+        return await check_image_python(await docker_ops.task_image(task_dir))
+
+    try:
+        result.checked.append(run_to_completion(ask()))
+    except OsmoRunError as exc:
+        result.problems.append(f"task {task_dir}: {exc}")
 
 
 def _check_requirements(task_dir: Path, spec: RunSpec, result: Validation) -> None:

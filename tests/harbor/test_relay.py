@@ -19,9 +19,10 @@ import pytest
 
 from osmo_run.backends.harbor import docker as docker_ops
 from osmo_run.backends.harbor.docker import gateway_of_bridge
-from osmo_run.backends.harbor.relay import reach_from_trials
+from osmo_run.backends.harbor.relay import is_loopback, reach_from_trials
 from osmo_run.errors import EnvironmentNotReady
 from osmo_run.sdk.context import LLMEndpoint
+from tests.harbor.conftest import FakeModel, harbor_spec, run_harbor
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -79,3 +80,46 @@ def test_the_engine_here_gives_an_address_of_this_host_that_the_relay_can_listen
 
     url = asyncio.run(main())
     assert url.startswith("http://") and not url.startswith("http://:"), url
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["0.0.0.0", "localhost"])
+def test_a_model_served_on_every_interface_is_reached_from_trials(
+    tmp_path: Path, fake_model: FakeModel, host: str
+) -> None:
+    """``base_url: http://0.0.0.0:PORT`` (what a server listening on every interface
+    prints) means this machine, as it does for ``osmo-run local``: it is relayed into the
+    trials like loopback, and the row gets the model's answer."""
+    base_url = fake_model.base_url.replace("127.0.0.1", host)
+    spec = harbor_spec(llm={"base_url": base_url, "model": f"model-{host}"})
+    rows = [
+        {
+            "id": "m",
+            "prompt": "6 * 7?",
+            "label": "42",
+            "metadata": {"workflow": "key", "chat": True},
+        }
+    ]
+    done = run_harbor(tmp_path, rows, spec)
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = done.rows["m"]
+    assert (row["status"], row["reward"]) == ("success", 1.0), row["error_message"]
+    assert any(request["model"] == f"model-{host}" for request in fake_model.requests)
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://0.0.0.0:8000/v1", True),
+        ("http://[::]:8000/v1", True),
+        ("http://127.0.0.2:8000/v1", True),
+        ("http://[::1]:8000/v1", True),
+        ("http://localhost/v1", True),
+        ("http://10.0.0.5:8000/v1", False),
+        ("https://api.example.invalid/v1", False),
+        ("http://0.0.0.0.example.invalid/v1", False),
+    ],
+)
+def test_what_counts_as_this_machine(url: str, local: bool) -> None:
+    assert is_loopback(url) is local

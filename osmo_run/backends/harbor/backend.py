@@ -42,6 +42,7 @@ from osmo_run.backends.harbor.plugins import (
 )
 from osmo_run.backends.harbor.preflight import (
     check_environment,
+    check_image_python,
     check_task_dir,
     environment_name,
     is_local_docker,
@@ -76,6 +77,7 @@ from osmo_run.errors import (
     InputError,
     TaskDirError,
 )
+from osmo_run.run.runlock import held_by_another
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
@@ -132,7 +134,9 @@ class HarborBackend(ExecutionBackend):
     directories none of its rows points at (an earlier, killed invocation's) are removed
     before any row runs. ``run_dir``: where the staging copy is noted, so that a later
     invocation of the run (``--resume``) or ``osmo-run cleanup`` removes it after a
-    ``kill -9`` (default: the parent of ``trials_dir``).
+    ``kill -9`` (default: the parent of ``trials_dir``). ``run_lock`` is the lock file
+    this invocation holds (:mod:`osmo_run.run.runlock`): its containers carry it, so no
+    other run's sweep removes them while it lives.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.
     """
@@ -166,6 +170,7 @@ class HarborBackend(ExecutionBackend):
         never_staged: tuple[Path, ...] = (),
         results_path: Path | None = None,
         run_dir: Path | None = None,
+        run_lock: Path | None = None,
     ) -> None:
         if workflow is None:
             raise InputError("HarborBackend needs a workflow")
@@ -188,6 +193,7 @@ class HarborBackend(ExecutionBackend):
         self._preflight_timeout_sec = preflight_timeout_sec
         self._results_path = results_path
         self._run_id = run_id or "adhoc"
+        self._run_lock = run_lock
         self._invocation = uuid.uuid4().hex[:8]
         self._trials_dir = (trials_dir or Path("runs") / "trials").resolve()
         self._run_dir = (run_dir or self._trials_dir.parent).resolve()
@@ -210,9 +216,11 @@ class HarborBackend(ExecutionBackend):
         # hold the lock (and every other row) for another pull, build or pip run.
         self._site_failures: dict[Path, InputError | DockerCommandError] = {}
         self._image_failures: dict[Path, InputError | DockerCommandError] = {}
+        self._python_checked: dict[Path, TaskDirError | DockerCommandError | None] = {}
         self._prepare_lock = asyncio.Lock()
         self._image_lock = asyncio.Lock()
         self._site_lock = asyncio.Lock()
+        self._python_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
         self._relays: list[LoopbackRelay] = []
         for event in TrialEvent:
@@ -250,10 +258,19 @@ class HarborBackend(ExecutionBackend):
             await check_environment(self._environment, self._preflight_timeout_sec)
             llm_url, judge_url = await self._reach_endpoints()
             if self._task_dir is not None:
-                problems = check_task_dir(self._task_dir)
+                problems = check_task_dir(self._task_dir, self._grader_path is not None)
                 if problems:
                     raise TaskDirError(f"--task-dir {self._task_dir}: " + "; ".join(problems))
             await self._resolve_requirements()  # before anything is written or started
+            if self._task_dir is not None:
+                try:
+                    await self._check_python(self._task_dir)
+                except TaskDirError as exc:
+                    raise TaskDirError(f"--task-dir {self._task_dir}: {exc}") from None
+                except DockerCommandError as exc:
+                    raise EnvironmentNotReady(
+                        f"--task-dir {self._task_dir}: preparing the trial image failed: {exc}"
+                    ) from None
             self._trials_dir.mkdir(parents=True, exist_ok=True)
             sweep_stale_staging()  # what killed runs left (a kill leaves no time to clean)
             # what an earlier invocation of this run, killed, left: its staging copy (with
@@ -327,14 +344,24 @@ class HarborBackend(ExecutionBackend):
 
     async def _label_containers(self, staging: Path) -> Path | None:
         """The compose overlay labelling this run's Docker containers, after removing what
-        an earlier, killed invocation of the same run left (``None`` off Docker)."""
+        an earlier, killed invocation of the same run left (``None`` off Docker). A live
+        run with the same id (the same spec and data, another ``--output``) keeps its
+        containers: its lock file is held."""
         if not self._is_docker:
             return None
         overlay = staging / "run-labels.compose.yaml"
         overlay.write_text(
-            docker_ops.labels_overlay(self._run_id, self._invocation), encoding="utf-8"
+            docker_ops.labels_overlay(self._run_id, self._invocation, self._run_lock),
+            encoding="utf-8",
         )
-        await docker_ops.remove_labelled(f"{docker_ops.RUN_LABEL}={self._run_id}")
+        own = str(self._run_lock)
+
+        def live_elsewhere(lock_file: str) -> bool:
+            return lock_file != own and held_by_another(Path(lock_file))
+
+        await docker_ops.remove_labelled(
+            f"{docker_ops.RUN_LABEL}={self._run_id}", keep=live_elsewhere
+        )
         return overlay
 
     async def aclose(self) -> None:
@@ -369,7 +396,10 @@ class HarborBackend(ExecutionBackend):
         # invocation and sequence number, readable by the row's safe name, never its raw id.
         trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{docker_part(request.safe_name)}"
         try:
-            task_dir = task_for_row(request, self._task_dir, self._tasks_root)
+            task_dir = task_for_row(
+                request, self._task_dir, self._tasks_root, self._grader_path is not None
+            )
+            await self._check_python(task_dir)
             image = await self._image_for(task_dir) if self._prebuild else None
             site = None if self._prebuild else await self._site_for(task_dir)
             config, grading = trial_config(self._setup, request, trial_name, task_dir, image, site)
@@ -421,6 +451,25 @@ class HarborBackend(ExecutionBackend):
                 raise EnvironmentNotReady(
                     f"--task-dir {self._task_dir}: preparing the trial image failed: {exc}"
                 ) from None
+
+    async def _check_python(self, task_dir: Path) -> None:
+        """Raise :class:`TaskDirError` unless ``task_dir``'s image (local Docker only: a
+        remote one cannot be asked) has the python3 the runner needs, and
+        :class:`DockerCommandError` when the image cannot be had; asked once per task per
+        run (and once per image id, on disk), a failure raised again for each row."""
+        if not self._is_docker:
+            return
+        if task_dir not in self._python_checked:
+            async with self._python_lock:  # rows of one task wait for one probe
+                if task_dir not in self._python_checked:
+                    try:
+                        await check_image_python(await docker_ops.task_image(task_dir))
+                        self._python_checked[task_dir] = None
+                    except (TaskDirError, DockerCommandError) as exc:  # a pull failed too
+                        self._python_checked[task_dir] = exc
+        failure = self._python_checked[task_dir]
+        if failure is not None:
+            raise failure.with_traceback(None)
 
     async def _site_for(self, task_dir: Path) -> Path | None:
         """The workflow's requirements installed for ``task_dir``'s image (an archive), or

@@ -18,6 +18,7 @@ from osmo_run.backends.harbor.cache import forget_image, last_used
 from osmo_run.errors import DockerCommandError, InputError
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import iter_records
+from osmo_run.run.runlock import held_by_another, lock_path, run_locked
 
 
 @dataclass(frozen=True)
@@ -118,14 +119,26 @@ def kept_trial_dirs(run: LoadedRun) -> set[Path]:
 
 async def clean_run(run: LoadedRun) -> Cleaned:
     """Remove ``run``'s containers, networks, staging copies and unreferenced trial
-    directories.
+    directories, holding its lock (:mod:`osmo_run.run.runlock`) meanwhile; containers of a
+    live run of the same id in another directory stay.
 
-    Raises :class:`InputError` when the run has no manifest (its run id is unknown).
+    Raises :class:`InputError` when the run has no manifest (its run id is unknown), and
+    :class:`~osmo_run.run.runlock.RunLocked` while an invocation still runs it.
     """
     if run.manifest is None:
         raise InputError(f"{run.paths.manifest}: missing; cannot tell which run this is")
-    label = f"{docker_ops.RUN_LABEL}={run.manifest.run_id}"
-    containers, networks = await docker_ops.remove_labelled(label)
+    with run_locked(run.paths):
+        return await _clean_unlocked(run, run.manifest.run_id)
+
+
+async def _clean_unlocked(run: LoadedRun, run_id: str) -> Cleaned:
+    label = f"{docker_ops.RUN_LABEL}={run_id}"
+    own = str(lock_path(run.paths))
+
+    def live_elsewhere(lock_file: str) -> bool:
+        return lock_file != own and held_by_another(Path(lock_file))
+
+    containers, networks = await docker_ops.remove_labelled(label, keep=live_elsewhere)
     kept = kept_trial_dirs(run)
     staging = remove_staging(run.paths.directory)
     removed = remove_unreferenced_trial_dirs(run.paths.trials, run.paths.results)
@@ -133,8 +146,11 @@ async def clean_run(run: LoadedRun) -> Cleaned:
 
 
 async def clean_all() -> Cleaned:
-    """Remove every container and network any osmo-run run left, on this engine."""
-    containers, networks = await docker_ops.remove_labelled(docker_ops.RUN_LABEL)
+    """Remove every container and network any osmo-run run left, on this engine; those of
+    runs still alive (their lock file held) stay."""
+    containers, networks = await docker_ops.remove_labelled(
+        docker_ops.RUN_LABEL, keep=lambda lock_file: held_by_another(Path(lock_file))
+    )
     return Cleaned(containers, networks)
 
 

@@ -7,11 +7,13 @@ Every command runs as an asyncio subprocess so the event loop keeps serving tria
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ipaddress
 import json
 import os
 import shutil
+import signal
 import tempfile
 import tomllib
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from osmo_run.backends.harbor.runtime import (
     tree_digest,
 )
 from osmo_run.errors import DockerCommandError, EnvironmentNotReady, TaskDirError
+from osmo_run.run.interrupts import child_group
 
 RUN_LABEL = "osmo-run.run-id"
 """Docker label on every container and network of a run (its manifest's run id), so
@@ -34,14 +37,34 @@ INVOCATION_LABEL = "osmo-run.invocation"
 """Docker label naming one ``osmo-run`` process's trials, swept when that process ends."""
 
 
-def labels_overlay(run_id: str, invocation: str) -> str:
-    """A compose file adding both labels to the trial's main service and its network."""
-    labels = f'      {RUN_LABEL}: "{run_id}"\n      {INVOCATION_LABEL}: "{invocation}"\n'
+LOCK_LABEL = "osmo-run.lock"
+"""Docker label naming the run lock file (:mod:`osmo_run.run.runlock`) of the invocation
+that started a container: while that file is locked, the container belongs to a live run
+and no sweep removes it."""
+
+
+def labels_overlay(run_id: str, invocation: str, lock_file: Path | None = None) -> str:
+    """A compose file adding the run, invocation and (given ``lock_file``) lock labels to
+    the trial's main service and its network."""
+    values = {RUN_LABEL: run_id, INVOCATION_LABEL: invocation}
+    if lock_file is not None:
+        values[LOCK_LABEL] = str(lock_file)
+    # JSON strings are YAML double-quoted scalars: any path stays one value
+    labels = "".join(f"      {key}: {json.dumps(value)}\n" for key, value in values.items())
     return f"services:\n  main:\n    labels:\n{labels}networks:\n  default:\n    labels:\n{labels}"
 
 
-async def docker(*args: str, check: bool = True, timeout_sec: float = 900.0) -> str:
-    """Run ``docker ARGS``; return stdout. Raises :class:`DockerCommandError` on failure."""
+async def docker(
+    *args: str, check: bool = True, timeout_sec: float = 900.0, timeout_note: str = ""
+) -> str:
+    """Run ``docker ARGS``; return stdout (stderr merged).
+
+    The command runs in a process group of its own, ended (SIGKILL to the group) when it
+    outlives ``timeout_sec`` or the awaiting task is cancelled (Ctrl-C, SIGTERM), so no
+    ``docker build`` survives osmo-run; a Ctrl-C at a terminal reaches osmo-run alone,
+    which ends the group itself. Raises :class:`DockerCommandError` on failure or timeout
+    (its message ends with ``timeout_note``, saying where the limit comes from).
+    """
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # no buildx here; the classic builder works
     try:
         process = await asyncio.create_subprocess_exec(
@@ -50,21 +73,34 @@ async def docker(*args: str, check: bool = True, timeout_sec: float = 900.0) -> 
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=env,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise EnvironmentNotReady(
             "the docker command is not installed; run `sudo scripts/provision-docker.sh`"
         ) from None
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout_sec)
-    except TimeoutError:
-        process.kill()
-        await process.wait()  # reap it, as for pip (wheelhouse._pip)
-        raise DockerCommandError(f"docker {args[0]} took longer than {timeout_sec:g}s") from None
+    with child_group(process.pid):
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(), timeout_sec)
+        except TimeoutError:
+            await _end(process)
+            raise DockerCommandError(
+                f"docker {args[0]} took longer than {timeout_sec:g}s{timeout_note}"
+            ) from None
+        except BaseException:  # cancelled: the run was interrupted
+            await asyncio.shield(_end(process))
+            raise
     text = output.decode("utf-8", "replace")
     if check and process.returncode != 0:
         raise DockerCommandError(f"docker {' '.join(args[:3])} failed: {text.strip()[-800:]}")
     return text
+
+
+async def _end(process: asyncio.subprocess.Process) -> None:
+    """Kill ``process``'s group and reap it (no zombie, no transport closed late)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
 
 
 def _detail(exc: DockerCommandError) -> str:
@@ -162,10 +198,32 @@ def task_base_image(task_dir: Path) -> str | None:
     """``[environment].docker_image`` of a task, or ``None`` when it builds a Dockerfile."""
     try:
         config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # TOMLDecodeError, or not UTF-8
         raise TaskDirError(f"{task_dir / 'task.toml'}: cannot read it: {exc}") from None
+    except RecursionError:
+        raise TaskDirError(
+            f"{task_dir / 'task.toml'}: nested too deeply to read; a task.toml is a few "
+            "flat sections"
+        ) from None
     image = (config.get("environment") or {}).get("docker_image")
     return str(image) if image else None
+
+
+DEFAULT_BUILD_TIMEOUT_SEC = 600.0
+"""Harbor's default ``[environment].build_timeout_sec``."""
+
+
+def task_build_timeout(task_dir: Path) -> float:
+    """``[environment].build_timeout_sec`` of a task (Harbor's default when unset or not
+    a positive number; a task Harbor rejects is refused before, see :mod:`.preflight`)."""
+    try:
+        config = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return DEFAULT_BUILD_TIMEOUT_SEC
+    value = (config.get("environment") or {}).get("build_timeout_sec")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return DEFAULT_BUILD_TIMEOUT_SEC
+    return float(value) if 0 < value < float("inf") else DEFAULT_BUILD_TIMEOUT_SEC
 
 
 BUILT_LABEL = "osmo-run.built"
@@ -173,8 +231,43 @@ BUILT_LABEL = "osmo-run.built"
 ``osmo-run cleanup --images`` prunes; ``osmo-run.prebuilt`` marks the older ones."""
 
 
-async def _build(tag: str, context: Path) -> None:
-    await docker("build", "-q", "--label", f"{BUILT_LABEL}=1", "-t", tag, str(context))
+async def _build(tag: str, context: Path, timeout_sec: float = 900.0, note: str = "") -> None:
+    """``docker build`` the ``context`` into ``tag``, its intermediate containers removed
+    even when a step fails (``--force-rm``: the classic builder keeps them otherwise, and
+    they carry no label a cleanup could find). Raises :class:`DockerCommandError` naming
+    the failing step."""
+    try:
+        await docker(
+            "build", "-q", "--force-rm", "--label", f"{BUILT_LABEL}=1", "-t", tag, str(context),
+            timeout_sec=timeout_sec, timeout_note=note,
+        )  # fmt: skip
+    except DockerCommandError as exc:
+        raise DockerCommandError(build_failure(str(exc))) from None
+
+
+_BANNER_START = "DEPRECATED: The legacy builder"
+
+
+def build_failure(message: str) -> str:
+    """The message of a failed ``docker build`` on one line, led by the step that failed
+    and its error, without the classic builder's deprecation banner."""
+    _, sep, output = message.partition(" failed: ")
+    if not sep:
+        return message
+    lines = output.splitlines()
+    if lines and lines[0].startswith(_BANNER_START):
+        ends = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+        lines = lines[ends:]
+    lines = [line.strip() for line in lines if line.strip()]
+    steps = [line for line in lines if line.startswith("Step ")]
+    error = lines[-1] if lines else "no output"
+    noise = ("Sending build context", "Step ", "--->", "Removing intermediate")
+    shown = [line for line in lines[:-1] if not line.startswith(noise)][-3:]
+    where = f" at {steps[-1]}" if steps else ""
+    last = f" (last output: {' | '.join(shown)})" if shown else ""
+    text = f"docker build failed{where}: {error}{last}"
+    # the Dockerfile's own output: no escape sequence or bidi control reaches a terminal
+    return "".join(char if char.isprintable() else " " for char in text)[:1000]
 
 
 async def task_image(task_dir: Path) -> str:
@@ -194,7 +287,9 @@ async def task_image(task_dir: Path) -> str:
             )
         base = f"osmo-run/task:{tree_digest(environment_dir)[:16]}"
         if not await image_exists(base):
-            await _build(base, environment_dir)
+            limit = task_build_timeout(task_dir)
+            note = f" (the task's [environment].build_timeout_sec in {task_dir / 'task.toml'})"
+            await _build(base, environment_dir, limit, note)
     elif not await image_exists(base):
         try:  # a registry image, as Harbor would pull it
             await docker("pull", "-q", base)
@@ -277,16 +372,34 @@ async def prebuild_image(
     return tag
 
 
-async def remove_labelled(label: str) -> tuple[int, int]:
+async def remove_labelled(label: str, keep: Callable[[str], bool] | None = None) -> tuple[int, int]:
     """Remove every container, then every network, carrying ``label`` (``key`` or
-    ``key=value``); return how many of each. Never raises."""
+    ``key=value``), except those whose :data:`LOCK_LABEL` value ``keep`` says to keep (a
+    live run's); return how many of each were removed. Never raises."""
     try:
-        ids = (await docker("ps", "-aq", "--filter", f"label={label}")).split()
+        ids = await _labelled("ps", "-a", label=label, keep=keep)
         if ids:
             await docker("rm", "-f", *ids, check=False)
-        networks = (await docker("network", "ls", "-q", "--filter", f"label={label}")).split()
+        networks = await _labelled("network", "ls", label=label, keep=keep)
         if networks:
             await docker("network", "rm", *networks, check=False)
         return len(ids), len(networks)
     except Exception:
         return 0, 0
+
+
+async def _labelled(*listing: str, label: str, keep: Callable[[str], bool] | None) -> list[str]:
+    """The ids ``docker LISTING`` gives for ``label``, less those ``keep`` keeps."""
+    # the label as JSON: a run directory's path may hold a newline or a space
+    form = "{{.ID}} {{json (.Label " + json.dumps(LOCK_LABEL) + ")}}"
+    text = await docker(*listing, "--filter", f"label={label}", "--format", form)
+    ids = []
+    for line in text.splitlines():
+        found, _, quoted = line.strip().partition(" ")
+        try:
+            lock_file = json.loads(quoted) if quoted else ""
+        except ValueError:
+            lock_file = ""
+        if found and not (keep is not None and lock_file and keep(str(lock_file))):
+            ids.append(found)
+    return ids

@@ -18,7 +18,7 @@ from harbor.models.trial.config import EnvironmentConfig
 from osmo_run.backends.harbor import docker as docker_ops
 from osmo_run.backends.harbor.remote_probes import PREFLIGHT_TIMEOUT_SEC, REMOTE_PROBES
 from osmo_run.backends.harbor.requirements import RequirementOptions, collect_requirements
-from osmo_run.backends.harbor.wheelhouse import installed_site, target_python
+from osmo_run.backends.harbor.wheelhouse import image_python, installed_site, target_python
 from osmo_run.errors import EnvironmentNotReady, InputError, TaskDirError
 from osmo_run.sdk.types import ExecutionRequest
 
@@ -26,9 +26,15 @@ TASK_METADATA_KEY = "harbor_task"
 """A row's metadata key naming its task directory, relative to the tasks root."""
 
 
-def check_task_dir(task_dir: Path) -> list[str]:
+def check_task_dir(task_dir: Path, graded: bool = False) -> list[str]:
     """Every problem that makes ``task_dir`` unusable as a Harbor task (empty if none),
-    each a short phrase; callers name the directory once."""
+    each a short phrase; callers name the directory once. ``graded``: a grader is
+    configured, so Harbor runs its verifier, and the task needs ``tests/test.sh``.
+
+    Beyond what osmo-run needs (``instruction.md``, ``task.toml``, an image), the task is
+    loaded with Harbor's own ``Task`` model, as each trial loads it: a field Harbor
+    rejects is refused here, before any row, instead of failing every trial.
+    """
     if not task_dir.is_dir():
         return ["task directory not found"]
     problems = []
@@ -45,10 +51,85 @@ def check_task_dir(task_dir: Path) -> list[str]:
             "neither [environment].docker_image in task.toml nor environment/Dockerfile, "
             "so the trial has no image"
         )
-    return problems
+    return problems or harbor_task_problems(task_dir, graded)
 
 
-def task_for_row(request: ExecutionRequest, task_dir: Path | None, tasks_root: Path | None) -> Path:
+_SHOWN_PROBLEMS = 3
+
+
+def harbor_task_problems(task_dir: Path, graded: bool) -> list[str]:
+    """What Harbor's ``Task`` model refuses in ``task_dir`` (as a trial would load it
+    with verification on when ``graded``), one phrase per problem naming the file and
+    field; empty when Harbor takes it."""
+    from harbor.models.task.task import Task
+    from pydantic import ValidationError
+
+    try:
+        Task(task_dir, disable_verification=not graded)
+    except ValidationError as exc:
+        errors = exc.errors()
+        shown = [_field_problem(error) for error in errors[:_SHOWN_PROBLEMS]]
+        more = len(errors) - len(shown)
+        return shown + ([f"and {more} more problems in task.toml"] if more > 0 else [])
+    except FileNotFoundError as exc:
+        if graded and not (task_dir / "tests" / "test.sh").is_file():
+            return [
+                "no tests/test.sh: Harbor requires it of a task whose rows are graded "
+                "(osmo-run's grader runs as Harbor's verifier); add one (`exit 0` will do)"
+            ]
+        return [f"Harbor cannot load the task: {_one_line(str(exc))}"]
+    except (OSError, ValueError, RuntimeError, TypeError) as exc:
+        return [f"Harbor cannot load the task: {type(exc).__name__}: {_one_line(str(exc))}"]
+    return []
+
+
+def _field_problem(error: Any) -> str:
+    """One pydantic error of Harbor's ``TaskConfig`` as ``task.toml [section] field =
+    value: why``."""
+    location = [str(part) for part in error.get("loc", ())]
+    section = ".".join(location[:-1])
+    field = location[-1] if location else "?"
+    where = f"task.toml [{section}] {field}" if section else f"task.toml {field}"
+    value = error.get("input")
+    shown = "" if isinstance(value, dict) else f" = {_one_line(repr(value))[:80]}"
+    return f"{where}{shown}: {_one_line(str(error.get('msg', 'invalid')))} (Harbor rejects it)"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
+
+async def check_image_python(image: str) -> str:
+    """Ask ``image``'s ``python3`` its version once (cached by image id, the probe the
+    requirements use) and return it in a phrase; raise :class:`TaskDirError` when there
+    is none, or it is older than the sandbox runner needs."""
+    from osmo_run.errors import RequirementsError
+
+    try:
+        target = await image_python(image)
+    except RequirementsError as exc:
+        detail = str(exc).removeprefix("requirements: ")
+        raise TaskDirError(f"the trial image cannot run workflows: {detail}") from None
+    version = tuple(int(part) for part in target.version.split(".")[:2])
+    if version < MIN_PYTHON:
+        raise TaskDirError(
+            f"the trial image {image} has Python {target.version}, and osmo-run runs "
+            f"workflows with the image's python3, which must be >= "
+            f"{'.'.join(map(str, MIN_PYTHON))}; use an image with a newer python3"
+        )
+    return f"image {image}: Python {target.version}"
+
+
+MIN_PYTHON = (3, 11)
+"""The oldest Python the sandbox runner (the osmo-run SDK) runs on."""
+
+
+def task_for_row(
+    request: ExecutionRequest,
+    task_dir: Path | None,
+    tasks_root: Path | None,
+    graded: bool = False,
+) -> Path:
     """The task directory ``request`` runs in: ``metadata.harbor_task`` under ``tasks_root``
     (default: the parent of ``task_dir``), else ``task_dir``.
 
@@ -63,19 +144,53 @@ def task_for_row(request: ExecutionRequest, task_dir: Path | None, tasks_root: P
     root = tasks_root or (task_dir.parent if task_dir else None)
     if root is None or not isinstance(name, str):
         raise InputError(f"row {request.id}: metadata.{TASK_METADATA_KEY} must be a string")
-    chosen = (root / name).resolve()
-    if not chosen.is_relative_to(root):
+    field = f"row {request.id}: metadata.{TASK_METADATA_KEY} {_shown(name)}"
+    problem = _name_problem(name)
+    if problem is not None:
+        raise InputError(f"{field} {problem}; give a task directory's name under {root}")
+    try:
+        chosen = (root / name).resolve()
+        if not chosen.is_relative_to(root):
+            raise InputError(f"{field} leaves the tasks directory {root}")
+        problems = check_task_dir(chosen, graded)
+    except (OSError, ValueError) as exc:  # a name the file system cannot take
         raise InputError(
-            f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} leaves the tasks "
-            f"directory {root}"
-        )
-    problems = check_task_dir(chosen)
+            f"{field} cannot name a task directory under {root}: {exc}"[:_MESSAGE_CHARS]
+        ) from None
     if problems:
-        raise InputError(
-            f"row {request.id}: metadata.{TASK_METADATA_KEY} {name!r} ({chosen}): "
-            + "; ".join(problems)
-        )
+        raise InputError(f"{field} ({chosen}): " + "; ".join(problems))
     return chosen
+
+
+_NAME_CHARS = 1024
+"""The longest ``metadata.harbor_task`` taken (Linux paths are 4,096 bytes at most, names
+255; task directories are short)."""
+_PART_CHARS = 255
+_MESSAGE_CHARS = 1000
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a task directory, or ``None``: empty, too long, or holding
+    a character that is not printable (a control or bidi character, an unpaired
+    surrogate: no task directory is named so, and a message must not carry it)."""
+    if not name.strip():
+        return "is empty"
+    if len(name) > _NAME_CHARS or any(len(part) > _PART_CHARS for part in name.split("/")):
+        return (
+            f"is {len(name)} characters long (at most {_NAME_CHARS}, {_PART_CHARS} per directory)"
+        )
+    if not name.isprintable():  # shown in messages and logs, and no task is named so
+        return (
+            "holds characters that are not printable (control, format, private-use or "
+            "unassigned characters, unpaired surrogates)"
+        )
+    return None
+
+
+def _shown(name: str) -> str:
+    """``name`` as a message shows it: escaped (no control character reaches a terminal
+    or a log) and cut to 80 characters."""
+    return repr(name[:80]) + ("..." if len(name) > 80 else "")
 
 
 def environment_config(

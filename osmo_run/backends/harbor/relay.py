@@ -83,14 +83,18 @@ def url_target(url: str) -> tuple[str, int]:
 
 
 def is_loopback(url: str) -> bool:
-    """Whether ``url`` points at this machine's loopback interface."""
+    """Whether ``url`` points at this machine only: its loopback interface, or the
+    unspecified address (``0.0.0.0``, ``::``), which a connection from here takes to
+    mean this host, as a server listening on every interface prints it. Inside a
+    container both mean the container, so both are relayed."""
     host = urlparse(url).hostname or ""
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return address.is_loopback or address.is_unspecified
 
 
 async def reach_from_trials(
@@ -108,8 +112,8 @@ async def reach_from_trials(
         return (None if llm is None else llm.base_url), None
     if not local_docker:
         raise EnvironmentNotReady(
-            f"{section}.base_url {llm.base_url} is a loopback address, which a remote "
-            "sandbox cannot reach; serve the model on a public address and set "
+            f"{section}.base_url {llm.base_url} is a loopback address (this machine), "
+            "which a remote sandbox cannot reach; serve the model on a public address and set "
             f"{section}.base_url to it"
         )
     gateway = await docker_ops.bridge_gateway()
