@@ -32,6 +32,7 @@ from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.scrub import scrub_directory
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
@@ -41,6 +42,11 @@ from osmo_run.sdk.types import (
     Phase,
     RolloutStatus,
 )
+
+
+def _as_it_is(text: str) -> str:
+    return text
+
 
 DEFAULT_WINDOW = 256
 """Rows in flight when the backend sets no limit (``max_concurrency == 0``)."""
@@ -158,7 +164,10 @@ class Runner:
         result: ExecutionResult,
         attempt: int = 1,
         attempts: list[dict[str, Any]] | None = None,
+        masked: bool = False,
     ) -> None:
+        """Write ``result`` as ``flight``'s row (once), its error masked unless ``masked``
+        says that was done (before a retry that was then called off)."""
         if flight.recorded:
             return
         flight.recorded = True
@@ -166,8 +175,8 @@ class Runner:
         row = item.row
         if not result.timings.total_sec:
             result.timings.total_sec = time.monotonic() - flight.started
-        if result.error_message:  # the display prints it too: mask secrets there as well
-            result.error_message = self._writer.mask(result.error_message)
+        if not masked:  # the display prints it too: mask secrets there as well
+            self._mask_error(result)
         self._keep_diagnostics(result, item)
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
@@ -203,11 +212,23 @@ class Runner:
         if self._breaker is not None:
             self._watch(self._breaker, result, row.row_id)
 
+    def _mask_error(self, result: ExecutionResult) -> None:
+        """Mask the secrets in ``result``'s error, once (a secret may be ``*``): in the full
+        text first, then cut the message from it again. The message was cut from the
+        unmasked text, so it can hold the first line of a multi-line secret, or the part of
+        a long one before the cut, which no longer match the secret."""
+        if result.error_detail:
+            result.error_detail = self._writer.mask(result.error_detail)
+            result.error_message = short_message(result.error_detail)
+        elif result.error_message:
+            result.error_message = self._writer.mask(result.error_message)
+
     def _keep_diagnostics(self, result: ExecutionResult, item: WorkItem) -> None:
-        """A message cut to one line has its full text written to a file."""
+        """A message cut to one line has its full text (masked already) written to a
+        file."""
         if result.error_detail:
             errors = RunPaths(self._writer.path).errors
-            keep_full_error(result, errors, item.safe_name, self._writer.mask)
+            keep_full_error(result, errors, item.safe_name, _as_it_is)
 
     async def _scrub_kept(self, result: ExecutionResult) -> None:
         """Mask the run's secrets in the files of a directory the backend kept for the
@@ -279,6 +300,7 @@ class Runner:
         attempts: list[dict[str, Any]] = list(item.earlier or [])
         first = attempt = len(attempts) + 1  # a rerun continues an earlier run's count
         waited = 0.0
+        masked = False
         try:
             if item.request is None:
                 bad_row = ExecutionResult.failure(
@@ -297,8 +319,7 @@ class Runner:
                 ):
                     break
                 delay = self._retry.delay_sec(tries)
-                if result.error_message:  # shown by the display before it is recorded
-                    result.error_message = self._writer.mask(result.error_message)
+                self._mask_error(result)  # shown by the display before it is recorded
                 attempts.append(attempt_dict(attempt, result))
                 attempt += 1
                 self._display.row_retrying(
@@ -308,10 +329,11 @@ class Runner:
                 if self._halted_on(result, item):  # tripped meanwhile: record this failure
                     attempts.pop()
                     attempt -= 1
+                    masked = True
                     break
                 waited += delay
                 flight.started = time.monotonic()
-            self._record(flight, result, attempt, attempts)
+            self._record(flight, result, attempt, attempts, masked)
         except asyncio.CancelledError:
             self._record(flight, _cancelled(item), attempt, attempts)
         finally:
