@@ -103,8 +103,9 @@ def regrade(
     settings = _settings_json(grader_settings)
     name, settings = choose_grader(loaded, grader, settings, run_spec)
     with judge_endpoint(run_spec, loaded.paths.directory) as judge:
+        inputs = (("the spec", spec), ("the env file", env_file))
         summary, paths = regrade_run(
-            loaded, name, settings, output, overwrite, concurrency, judge=judge
+            loaded, name, settings, output, overwrite, concurrency, judge=judge, inputs=inputs
         )
     write_summary(paths, summary)
     console().print(render_summary(summary))

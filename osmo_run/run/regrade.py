@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
+from osmo_run.run.aliases import Named, check_no_aliases, run_files
 from osmo_run.run.columns import column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.manifest import Manifest, write_manifest
@@ -141,17 +142,23 @@ def regrade(
     overwrite: bool,
     concurrency: int = 8,
     judge: LLMEndpoint | None = None,
+    inputs: tuple[Named, ...] = (),
 ) -> tuple[RunSummary, RunPaths]:
     """Grade every saved sample of ``run`` again with ``grader_name`` and ``settings`` (from
     :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
     summary and paths. The judge's key is masked in the new rows.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
-    :class:`OutputError` (the target already holds results and ``overwrite`` is off).
+    :class:`OutputError` (the target already holds results and ``overwrite`` is off, or
+    one of its files is a file of ``run``, its dataset or one of ``inputs``, the files the
+    command read besides: ``--spec``, ``--env-file``).
     """
     requests, manifest = _requests(run)
     grader = resolve_class(grader_name, Grader, "grader")
     paths = RunPaths(output) if output else _regraded_paths(run, grader_name, settings, judge)
+    dataset = Path(str(manifest.info.get("dataset_path", "")))
+    reads = [*run_files(run.paths, "the run regraded"), ("the dataset", dataset), *inputs]
+    check_no_aliases(reads, run_files(paths, "--output"))
     if paths.results.exists() and paths.results.stat().st_size > 0:
         if not overwrite:
             raise OutputError(f"{paths.results}: already holds results; pass --overwrite")
