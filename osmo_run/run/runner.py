@@ -336,6 +336,9 @@ class Runner:
             self._record(flight, result, attempt, attempts, masked)
         except asyncio.CancelledError:
             self._record(flight, _cancelled(item), attempt, attempts)
+        except Exception as exc:  # a bug in recording: the run must not end as if it passed
+            self._fatal = exc
+            self.interrupt()
         finally:
             self._flights.pop(item.rollout_id, None)
             # Discard here, not only in the done callback: the dispatcher may wake first.
