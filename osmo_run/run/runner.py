@@ -33,6 +33,7 @@ from osmo_run.run.scrub import scrub_directory
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
 from osmo_run.sdk.messages import short_message
+from osmo_run.sdk.model_retry import asked_wait_sec
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
@@ -260,6 +261,25 @@ class Runner:
         would learn nothing new)."""
         return self._breaker is not None and self._breaker.matches(result, item.row.row_id)
 
+    def _retry_delay(self, result: ExecutionResult, tries: int, waited: float) -> float | None:
+        """The wait before the run-level retry of ``result`` (its ``tries``-th failure, after
+        ``waited`` seconds of earlier waits): the policy's backoff, or longer when a model
+        endpoint asked to wait (``Retry-After`` in the message's retry note); ``None``, with
+        a warning on the row saying why, when that is longer than the policy ever waits."""
+        delay = self._retry.delay_sec(tries)
+        asked = asked_wait_sec(result.error_detail or result.error_message or "")
+        if asked is None or asked <= delay:
+            return delay
+        policy = self._retry
+        if asked > policy.max_backoff_sec or waited + asked > policy.max_total_retry_sec:
+            result.warnings.append(
+                f"not retried: the model endpoint asked to wait {asked:g}s (Retry-After), "
+                f"longer than retries: waits ({policy.max_backoff_sec:g}s at most, "
+                f"{policy.max_total_retry_sec:g}s in all)"
+            )
+            return None
+        return asked
+
     async def _backoff(self, delay: float) -> None:
         """Wait ``delay`` seconds before a retry, or until the breaker trips."""
         if self._halt is None:
@@ -318,7 +338,9 @@ class Runner:
                     or self._halted_on(result, item)
                 ):
                     break
-                delay = self._retry.delay_sec(tries)
+                delay = self._retry_delay(result, tries, waited)
+                if delay is None:
+                    break
                 self._mask_error(result)  # shown by the display before it is recorded
                 attempts.append(attempt_dict(attempt, result))
                 attempt += 1
