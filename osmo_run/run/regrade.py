@@ -143,10 +143,12 @@ def regrade(
     concurrency: int = 8,
     judge: LLMEndpoint | None = None,
     inputs: tuple[Named, ...] = (),
+    secrets: tuple[str, ...] = (),
 ) -> tuple[RunSummary, RunPaths]:
     """Grade every saved sample of ``run`` again with ``grader_name`` and ``settings`` (from
     :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
-    summary and paths. The judge's key is masked in the new rows.
+    summary and paths. The judge's key and ``secrets`` (``--env-file``'s values) are
+    masked in the new rows.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
     :class:`OutputError` (the target already holds results and ``overwrite`` is off, or
@@ -169,13 +171,16 @@ def regrade(
     config = GraderConfig(settings, bool(manifest.defining.get("grade_without_label")))
     regrader = _Regrader(run, requests, grader, config, concurrency, judge)
     builder = run.builder()
-    secrets = (judge.api_key,) if judge is not None and judge.api_key else ()
+    keys = (judge.api_key,) if judge is not None and judge.api_key else ()
 
     async def main() -> None:
-        with OutputWriter(paths.results, secrets) as writer:
+        with OutputWriter(paths.results, (*keys, *secrets)) as writer:
             pending = [regrader.grade(record) for record in iter_records(run.paths.results)]
             for done in asyncio.as_completed(pending):
                 record = await done
+                if isinstance(record.get("error_message"), str):  # a grader's error, say
+                    record["error_message"] = writer.mask(record["error_message"])
+                record = writer.mask_record(record)
                 writer.write(record_line(record))
                 builder.add_record(record)
 

@@ -3,7 +3,9 @@ careless tool's error would."""
 
 from __future__ import annotations
 
-from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
+import os
+
+from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput, Grader, GraderContext
 
 
 class QuotingWorkflow(AgentWorkflow):
@@ -19,3 +21,10 @@ class QuotingWorkflow(AgentWorkflow):
                 [*ctx.prompt, reply], metrics={f"m {prompt}": 1.0}, info={prompt: prompt}
             )
         raise ValueError(f"cannot answer {prompt}\n{ctx.metadata.get('detail', '')}")
+
+
+class TokenQuotingGrader(Grader):
+    """Fails quoting ``OSMO_RUN_TEST_TOOL_TOKEN`` from the environment (an env file's)."""
+
+    async def grade(self, ctx: GraderContext) -> float | None:
+        raise RuntimeError(f"grader's tool refused {os.environ['OSMO_RUN_TEST_TOOL_TOKEN']}")

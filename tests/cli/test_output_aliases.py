@@ -170,3 +170,26 @@ def test_harbor_output_naming_the_dataset_is_refused_before_any_trial(
     proc = cli(*args, "--output", _symlink(tmp_path, data), "--overwrite")
     _refused(proc, "--output", "the dataset")
     assert data.read_bytes() == before
+
+
+def test_regrade_masks_the_env_files_values(cli: CLI, tmp_path: Path) -> None:
+    """A grader quoting a token from regrade's --env-file: *** in the regraded run."""
+    from tests.conftest import REPO
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"id": "r1", "prompt": "hi", "label": "hi"}\n')
+    results = tmp_path / "runs" / "results.jsonl"
+    assert cli.local(data, *NOOP, "-o", results).returncode == 0
+    token = "tok-0123456789abcdef"
+    env_file = tmp_path / ".env"
+    env_file.write_text(f"OSMO_RUN_TEST_TOOL_TOKEN={token}\n")
+    out = tmp_path / "regraded" / "results.jsonl"
+    grader = "tests.cli.hostile_workflows:TokenQuotingGrader"
+    proc = cli(
+        "regrade", results.parent, "--grader", grader, "--code-dir", REPO, "-o", out,
+        "--env-file", env_file,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "refused ***" in out.read_text()
+    holding = [p for p in out.parent.rglob("*") if p.is_file() and token in p.read_text()]
+    assert holding == [] and token not in proc.stdout + proc.stderr
