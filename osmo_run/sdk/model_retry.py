@@ -151,7 +151,11 @@ class CallRetries:
 RETRY_AFTER_NOTE = "Retry-After"
 """How a give-up note names the wait the endpoint asked for: ``(Retry-After 120s ...)``."""
 
-_ASKED = re.compile(r"\(" + RETRY_AFTER_NOTE + r" (\d+(?:\.\d+)?(?:e[+-]?\d+)?)s\b")
+_ASKED = re.compile(
+    r"answered HTTP \d{3} \(" + RETRY_AFTER_NOTE + r" (\d+(?:\.\d+)?(?:e[+-]?\d+)?)s\b"
+)
+"""The note right after the status, before the endpoint's own text (which could say
+anything)."""
 
 
 def _joined(asked: str, reason: str) -> str:
