@@ -215,6 +215,8 @@ class LocalBackend(ExecutionBackend):
         message = self.model_clients.capped_message
         if message is not None and self._isolated is None:
             print(f"osmo-run: {message}", file=sys.stderr, flush=True)  # once, before any row
+        if self._isolated is None and (self._llm is not None or self._judge is not None):
+            await self.model_clients.load()  # not in the first row's time
 
     async def aclose(self) -> None:
         await self.model_clients.aclose()

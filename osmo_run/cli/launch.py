@@ -130,6 +130,8 @@ def run_settings(
         seed=spec.seed,
         fail_fast=ci.fail_fast,
         env_secrets=env_file_secrets(run.env_file),
+        spec_file=run.spec,
+        env_file=run.env_file,
     )
 
 

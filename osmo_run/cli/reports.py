@@ -87,7 +87,7 @@ def regrade(
 ) -> None:
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.display import render_summary
-    from osmo_run.run.envfile import apply_env_file
+    from osmo_run.run.envfile import apply_env_file, env_file_secrets
     from osmo_run.run.finish import exit_code_for
     from osmo_run.run.regrade import choose_grader, judge_endpoint
     from osmo_run.run.regrade import regrade as regrade_run
@@ -105,8 +105,17 @@ def regrade(
     settings = _settings_json(grader_settings)
     name, settings = choose_grader(loaded, grader, settings, run_spec)
     with judge_endpoint(run_spec, loaded.paths.directory) as judge:
+        inputs = (("the spec", spec), ("the env file", env_file))
         summary, _ = regrade_run(
-            loaded, name, settings, output, overwrite, concurrency, judge=judge
+            loaded,
+            name,
+            settings,
+            output,
+            overwrite,
+            concurrency,
+            judge=judge,
+            inputs=inputs,
+            secrets=env_file_secrets(env_file),
         )
     console().print(render_summary(summary))
     raise typer.Exit(int(exit_code_for(summary)))

@@ -108,26 +108,39 @@ def _converts(item: TResponseInputItem) -> bool:
 
 def _piecewise(items: list[TResponseInputItem]) -> list[dict[str, Any]]:
     """Runs of convertible items converted together (tool calls stay in one assistant
-    message), each item the converter refuses kept as it is between them."""
+    message), each item the converter refuses kept as it is between them; a run the
+    converter refuses as a whole (items it takes one by one) has each item kept. Never
+    raises for what the converter does."""
     out: list[dict[str, Any]] = []
     run: list[TResponseInputItem] = []
     for item in items:
         if _converts(item):
             run.append(item)
             continue
-        out.extend(dict(m) for m in Converter.items_to_messages(copy.deepcopy(run)))
+        out.extend(_converted_run(run))
         run = []
-        role = item.get("role") if isinstance(item, dict) else None
-        kept = copy.deepcopy(item)
-        out.append(
-            {
-                "role": role if isinstance(role, str) else "assistant",
-                "content": "",
-                "agents_item": kept,
-            }
-        )
-    out.extend(dict(m) for m in Converter.items_to_messages(copy.deepcopy(run)))
+        out.append(_kept_whole(item))
+    out.extend(_converted_run(run))
     return out
+
+
+def _converted_run(run: list[TResponseInputItem]) -> list[dict[str, Any]]:
+    if not run:
+        return []
+    try:
+        return [dict(m) for m in Converter.items_to_messages(copy.deepcopy(run))]
+    except Exception:  # convertible one by one, not together: keep each
+        return [_kept_whole(item) for item in run]
+
+
+def _kept_whole(item: TResponseInputItem) -> dict[str, Any]:
+    """``item`` as a chat message that carries it whole (``agents_item``)."""
+    role = item.get("role") if isinstance(item, dict) else None
+    return {
+        "role": role if isinstance(role, str) else "assistant",
+        "content": "",
+        "agents_item": copy.deepcopy(item),
+    }
 
 
 def unconverted_items(messages: list[Message]) -> list[str]:

@@ -139,16 +139,32 @@ def chat_messages(messages: Messages, system_prompt: str | None = None) -> list[
 
 
 def _piecewise(messages: Messages, system_prompt: str | None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [
-        dict(m) for m in OpenAIModel.format_request_messages([], system_prompt)
-    ]
+    """Each message converted alone, one the converter refuses kept with its Strands
+    content (and the system prompt as a system message when the converter refuses even
+    that). Never raises for what the converter does or for a message without content."""
+    try:
+        out = [dict(m) for m in OpenAIModel.format_request_messages([], system_prompt)]
+    except Exception:
+        out = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
     for message in messages:
         try:
             out.extend(dict(m) for m in OpenAIModel.format_request_messages([message], None))
         except Exception:
-            kept = copy.deepcopy(list(message["content"]))
-            out.append({"role": message["role"], "content": "", "strands_content": kept})
+            out.append(_kept_whole(message))
     return out
+
+
+def _kept_whole(message: Any) -> dict[str, Any]:
+    """``message`` as a chat message that carries its Strands content (``strands_content``)."""
+    is_dict = isinstance(message, dict)
+    role = message.get("role") if is_dict else None
+    content = message.get("content") if is_dict else None
+    kept = copy.deepcopy(list(content)) if isinstance(content, list) else []
+    return {
+        "role": role if isinstance(role, str) else "assistant",
+        "content": "",
+        "strands_content": kept,
+    }
 
 
 def unconverted_messages(messages: list[Message]) -> int:

@@ -154,6 +154,6 @@ def append_step_summary(markdown: str) -> Path | None:
     if not target:
         return None
     path = Path(target)
-    with open(path, "a", encoding="utf-8") as handle:
+    with open(path, "a", encoding="utf-8", errors="backslashreplace") as handle:
         handle.write(markdown)
     return path

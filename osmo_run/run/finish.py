@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from osmo_run.errors import ExitCode
+from osmo_run.run.aliases import check_no_aliases, run_files
 from osmo_run.run.ci_reports import append_step_summary, markdown_summary, write_junit
 from osmo_run.run.display import render_summary
 from osmo_run.run.gates import GateFailure, Gates, evaluate
@@ -60,15 +61,26 @@ def write_summary(paths: RunPaths, summary: RunSummary) -> None:
 
 def check_report_paths(plan: RunPlan) -> None:
     """Raise :class:`~osmo_run.errors.OutputError` for a report the run could not write
-    at its end (``--junit-xml``, ``--summary-md``, ``$GITHUB_STEP_SUMMARY``); called
-    before any row runs."""
+    at its end (``--junit-xml``, ``--summary-md``, ``$GITHUB_STEP_SUMMARY``), and for any
+    file the run writes that is a file it reads (the dataset, ``--spec``, ``--env-file``)
+    or another file it writes (:func:`~osmo_run.run.aliases.check_no_aliases`); called
+    before any file changes."""
     settings = plan.settings
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    for what, path in (
+    reports: list[tuple[str, Path | None]] = [
         ("--junit-xml", settings.junit_xml),
         ("--summary-md", settings.summary_md),
         ("GITHUB_STEP_SUMMARY", Path(step_summary) if step_summary else None),
-    ):
+    ]
+    paths = plan.paths
+    reads: list[tuple[str, Path | None]] = [
+        ("the dataset", settings.dataset),
+        ("the spec", settings.spec_file),
+        ("the env file", settings.env_file),
+    ]
+    model_log = ("the embedded model's log", paths.results.with_suffix(".llm.log"))
+    check_no_aliases(reads, [*run_files(paths, "--output"), model_log, *reports])
+    for what, path in reports:
         if path is not None:
             check_writable(path, what)
 
@@ -149,4 +161,4 @@ def _write_ci_reports(
 
 def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")

@@ -42,7 +42,8 @@ def keep_full_error(
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        # a lone surrogate (a \ud83d escape in the data) is kept as that escape
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(mask(detail) + "\n")
     except OSError as exc:
         result.warnings.append(

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from osmo_run.errors import OutputError
+from osmo_run.run.masking import SecretMask
 
 
 def check_writable(path: Path, what: str) -> None:
@@ -65,17 +66,17 @@ class OutputWriter:
     """Appends lines to ``path`` (created ``0600``: lines hold conversations).
 
     Every :meth:`write` reaches the OS before it returns, so a crash loses no finished row.
-    ``secrets`` are masked by :meth:`mask_record` before a record is serialized, inside its
-    string values only: a line is never masked as text, where a short key (``1``, ``e``)
-    would hit field names, numbers and JSON syntax. Raises :class:`OutputError` when the
+    ``secrets`` are masked by :meth:`mask_record` before a record is serialized (each of
+    their forms, :class:`~osmo_run.run.masking.SecretMask`), inside its string values
+    only: a line is never masked as text, where a short key (``1``, ``e``) would hit field
+    names, numbers and JSON syntax. Raises :class:`OutputError` when the
     file cannot be opened or written (a full disk included); what was written before stays
     valid, line by line.
     """
 
     def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
         self.path = path
-        # longest first: a key that contains another is masked whole
-        self._secrets = tuple(sorted((s for s in secrets if s), key=len, reverse=True))
+        self._mask = SecretMask(secrets)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -87,15 +88,13 @@ class OutputWriter:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The values masked in what this writer writes, longest first."""
-        return self._secrets
+        """The texts masked in what this writer writes (every form of every secret),
+        longest first."""
+        return self._mask.forms
 
     def mask(self, text: str) -> str:
-        """``text`` with every secret replaced by ``***``."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return text
+        """``text`` with every form of every secret replaced by ``***``."""
+        return self._mask(text)
 
     def mask_values(self, value: Any) -> Any:
         """``value`` (a JSON-like structure) with every secret replaced by ``***`` in each
@@ -116,7 +115,7 @@ class OutputWriter:
         the ids that name the rollout (from the dataset; ``--resume`` and ``report`` match
         rows by them), are left as they are.
         Returns ``record`` itself when there is no secret."""
-        if not self._secrets:
+        if not self._mask:
             return record
         masked: dict[str, Any] = {}
         for key, value in record.items():

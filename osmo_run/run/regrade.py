@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
+from osmo_run.run.aliases import Named, check_no_aliases, run_files
 from osmo_run.run.columns import column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.finish import write_summary
@@ -143,20 +144,27 @@ def regrade(
     overwrite: bool,
     concurrency: int = 8,
     judge: LLMEndpoint | None = None,
+    inputs: tuple[Named, ...] = (),
+    secrets: tuple[str, ...] = (),
 ) -> tuple[RunSummary, RunPaths]:
     """Grade every saved sample of ``run`` again with ``grader_name`` and ``settings`` (from
     :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
-    summary and paths (its summary file written). The judge's key is masked in the new
-    rows. The new run is locked (:mod:`~osmo_run.run.runlock`) while it is written.
+    summary and paths (its summary file written). The judge's key and ``secrets``
+    (``--env-file``'s values) are masked in the new rows. The new run is locked
+    (:mod:`~osmo_run.run.runlock`) while it is written.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
-    :class:`OutputError` (the target already holds results and ``overwrite`` is off, or
-    another live regrade writes it).
+    :class:`OutputError` (the target already holds results and ``overwrite`` is off,
+    another live regrade writes it, or one of its files is a file of ``run``, its dataset
+    or one of ``inputs``, the files the command read besides: ``--spec``, ``--env-file``).
     """
     _refuse_unreadable_lines(run.paths.results)
     requests, manifest = _requests(run)
     grader = resolve_class(grader_name, Grader, "grader")
     paths = RunPaths(output) if output else _regraded_paths(run, grader_name, settings, judge)
+    dataset = Path(str(manifest.info.get("dataset_path", "")))
+    reads = [*run_files(run.paths, "the run regraded"), ("the dataset", dataset), *inputs]
+    check_no_aliases(reads, run_files(paths, "--output"))
     with run_locked(paths, "regrade"):
         summary = _regrade_into(
             paths,
@@ -169,6 +177,7 @@ def regrade(
             overwrite,
             concurrency,
             judge,
+            secrets,
         )
         write_summary(paths, summary)
     return summary, paths
@@ -185,6 +194,7 @@ def _regrade_into(
     overwrite: bool,
     concurrency: int,
     judge: LLMEndpoint | None,
+    secrets: tuple[str, ...],
 ) -> RunSummary:
     """:func:`regrade` once ``paths`` is locked: the new run's summary."""
     if paths.results.exists() and paths.results.stat().st_size > 0:
@@ -197,13 +207,16 @@ def _regrade_into(
     config = GraderConfig(settings, bool(manifest.defining.get("grade_without_label")))
     regrader = _Regrader(run, requests, grader, config, concurrency, judge)
     builder = run.builder()
-    secrets = (judge.api_key,) if judge is not None and judge.api_key else ()
+    keys = (judge.api_key,) if judge is not None and judge.api_key else ()
 
     async def main() -> None:
-        with OutputWriter(paths.results, secrets) as writer:
+        with OutputWriter(paths.results, (*keys, *secrets)) as writer:
             pending = [regrader.grade(record) for record in iter_records(run.paths.results)]
             for done in asyncio.as_completed(pending):
                 record = await done
+                if isinstance(record.get("error_message"), str):  # a grader's error, say
+                    record["error_message"] = writer.mask(record["error_message"])
+                record = writer.mask_record(record)
                 writer.write(record_line(record))
                 builder.add_record(record)
 

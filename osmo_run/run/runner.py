@@ -32,6 +32,8 @@ from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.scrub import scrub_directory
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.messages import short_message
+from osmo_run.sdk.model_retry import asked_wait_sec
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
@@ -41,6 +43,11 @@ from osmo_run.sdk.types import (
     Phase,
     RolloutStatus,
 )
+
+
+def _as_it_is(text: str) -> str:
+    return text
+
 
 DEFAULT_WINDOW = 256
 """Rows in flight when the backend sets no limit (``max_concurrency == 0``)."""
@@ -158,7 +165,10 @@ class Runner:
         result: ExecutionResult,
         attempt: int = 1,
         attempts: list[dict[str, Any]] | None = None,
+        masked: bool = False,
     ) -> None:
+        """Write ``result`` as ``flight``'s row (once), its error masked unless ``masked``
+        says that was done (before a retry that was then called off)."""
         if flight.recorded:
             return
         flight.recorded = True
@@ -166,8 +176,8 @@ class Runner:
         row = item.row
         if not result.timings.total_sec:
             result.timings.total_sec = time.monotonic() - flight.started
-        if result.error_message:  # the display prints it too: mask secrets there as well
-            result.error_message = self._writer.mask(result.error_message)
+        if not masked:  # the display prints it too: mask secrets there as well
+            self._mask_error(result)
         self._keep_diagnostics(result, item)
 
         def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
@@ -203,11 +213,23 @@ class Runner:
         if self._breaker is not None:
             self._watch(self._breaker, result, row.row_id)
 
+    def _mask_error(self, result: ExecutionResult) -> None:
+        """Mask the secrets in ``result``'s error, once (a secret may be ``*``): in the full
+        text first, then cut the message from it again. The message was cut from the
+        unmasked text, so it can hold the first line of a multi-line secret, or the part of
+        a long one before the cut, which no longer match the secret."""
+        if result.error_detail:
+            result.error_detail = self._writer.mask(result.error_detail)
+            result.error_message = short_message(result.error_detail)
+        elif result.error_message:
+            result.error_message = self._writer.mask(result.error_message)
+
     def _keep_diagnostics(self, result: ExecutionResult, item: WorkItem) -> None:
-        """A message cut to one line has its full text written to a file."""
+        """A message cut to one line has its full text (masked already) written to a
+        file."""
         if result.error_detail:
             errors = RunPaths(self._writer.path).errors
-            keep_full_error(result, errors, item.safe_name, self._writer.mask)
+            keep_full_error(result, errors, item.safe_name, _as_it_is)
 
     async def _scrub_kept(self, result: ExecutionResult) -> None:
         """Mask the run's secrets in the files of a directory the backend kept for the
@@ -238,6 +260,25 @@ class Runner:
         """Whether the breaker has tripped on the cause ``result`` failed with (retrying it
         would learn nothing new)."""
         return self._breaker is not None and self._breaker.matches(result, item.row.row_id)
+
+    def _retry_delay(self, result: ExecutionResult, tries: int, waited: float) -> float | None:
+        """The wait before the run-level retry of ``result`` (its ``tries``-th failure, after
+        ``waited`` seconds of earlier waits): the policy's backoff, or longer when a model
+        endpoint asked to wait (``Retry-After`` in the message's retry note); ``None``, with
+        a warning on the row saying why, when that is longer than the policy ever waits."""
+        delay = self._retry.delay_sec(tries)
+        asked = asked_wait_sec(result.error_detail or result.error_message or "")
+        if asked is None or asked <= delay:
+            return delay
+        policy = self._retry
+        if asked > policy.max_backoff_sec or waited + asked > policy.max_total_retry_sec:
+            result.warnings.append(
+                f"not retried: the model endpoint asked to wait {asked:g}s (Retry-After), "
+                f"longer than retries: waits ({policy.max_backoff_sec:g}s at most, "
+                f"{policy.max_total_retry_sec:g}s in all)"
+            )
+            return None
+        return asked
 
     async def _backoff(self, delay: float) -> None:
         """Wait ``delay`` seconds before a retry, or until the breaker trips."""
@@ -279,6 +320,7 @@ class Runner:
         attempts: list[dict[str, Any]] = list(item.earlier or [])
         first = attempt = len(attempts) + 1  # a rerun continues an earlier run's count
         waited = 0.0
+        masked = False
         try:
             if item.request is None:
                 bad_row = ExecutionResult.failure(
@@ -296,9 +338,10 @@ class Runner:
                     or self._halted_on(result, item)
                 ):
                     break
-                delay = self._retry.delay_sec(tries)
-                if result.error_message:  # shown by the display before it is recorded
-                    result.error_message = self._writer.mask(result.error_message)
+                delay = self._retry_delay(result, tries, waited)
+                if delay is None:
+                    break
+                self._mask_error(result)  # shown by the display before it is recorded
                 attempts.append(attempt_dict(attempt, result))
                 attempt += 1
                 self._display.row_retrying(
@@ -308,12 +351,16 @@ class Runner:
                 if self._halted_on(result, item):  # tripped meanwhile: record this failure
                     attempts.pop()
                     attempt -= 1
+                    masked = True
                     break
                 waited += delay
                 flight.started = time.monotonic()
-            self._record(flight, result, attempt, attempts)
+            self._record(flight, result, attempt, attempts, masked)
         except asyncio.CancelledError:
             self._record(flight, _cancelled(item), attempt, attempts)
+        except Exception as exc:  # a bug in recording: the run must not end as if it passed
+            self._fatal = exc
+            self.interrupt()
         finally:
             self._flights.pop(item.rollout_id, None)
             # Discard here, not only in the done callback: the dispatcher may wake first.

@@ -49,6 +49,10 @@ class RunSettings:
     env_secrets: tuple[str, ...] = ()
     """Values from ``--env-file`` masked like API keys
     (:func:`~osmo_run.run.envfile.env_file_secrets`)."""
+    spec_file: Path | None = None
+    """``--spec``: read, so no output may be written over it."""
+    env_file: Path | None = None
+    """``--env-file``: read, so no output may be written over it."""
 
     def __post_init__(self) -> None:
         """Raise :class:`~osmo_run.errors.InputError` for flags that contradict each other."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
-_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """C0 and C1 controls (ESC, newline, carriage return, tab...), DEL, the Unicode line and
-paragraph separators and the bidirectional embeddings, overrides and isolates."""
+paragraph separators, the bidirectional embeddings, overrides and isolates, and surrogates
+(a lone one, from a ``\ud83d`` escape in JSON data, cannot be encoded as UTF-8: printed or
+written as it is, it stops the run)."""
 
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*\[\]|~<>&]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 """Characters Markdown (GitHub's) or HTML would act on in a table cell; an underscore only

@@ -61,6 +61,10 @@ class RolloutContext:
     deadline: float | None = None
     warnings: list[str] = field(default_factory=list)
     """The row's ``warnings`` so far (see :meth:`warn`)."""
+    retrying: BaseException | None = None
+    """The error a model call is retrying (set from its wait until its next answer): when
+    the deadline passes meanwhile, the rollout fails with it, not with a timeout (on a
+    busy machine a wait that was to end in time may not)."""
 
     def warn(self, message: str) -> None:
         """Record ``message`` in the row's ``warnings``: something the reader of the results

@@ -47,10 +47,14 @@ def _endpoint(endpoint: LLMEndpoint | None) -> LLMEndpoint:
     return llm
 
 
-def _status_error(url: str, answer: HTTPAnswer) -> ModelAPIError:
+def _status_error(url: str, answer: HTTPAnswer, note: str = "") -> ModelAPIError:
+    """The error for an HTTP error answer; ``note`` (why its retries ended) goes before
+    the endpoint's own text, which may run over several lines, so that the row's message
+    (the first line) keeps it."""
     detail = answer.body[:300].decode("utf-8", "replace").strip()
     kind = RateLimitError if answer.status == 429 else ModelAPIError
-    return kind(f"{url} answered HTTP {answer.status}: {detail}", status=answer.status)
+    said = f" ({note})" if note else ""
+    return kind(f"{url} answered HTTP {answer.status}{said}: {detail}", status=answer.status)
 
 
 def _completion(url: str, payload: bytes) -> dict[str, Any]:
@@ -69,33 +73,60 @@ async def _post_with_retries(
     url: str, body: bytes, headers: dict[str, str], timeout_sec: float
 ) -> HTTPAnswer:
     """The first answer that is not worth retrying; raises ``ModelAPIError`` when the
-    tries run out on a retryable one (or on no answer at all)."""
+    tries run out on a retryable one (or on no answer at all), its message saying why
+    they ended. While a retry is pending, the rollout's ``retrying`` holds the error it
+    would end with, so that a deadline passing meanwhile ends the rollout with it."""
     clients = current_model_clients()
     retries = CallRetries(DEFAULT_POLICY if clients is None else clients.retry)
-    while True:
-        error: ModelAPIError
-        retry_after = None
-        clients = current_model_clients()  # None once the run closed them (an abandoned row)
-        try:
-            if clients is None:
-                answer = await post_in_own_thread(url, body, headers, timeout_sec)
-            else:
-                answer = await clients.post(url, body, headers, timeout_sec)
-        except TransportError as exc:
-            if not exc.retryable:
-                raise ModelAPIError(str(exc)) from None
-            error = ModelAPIError(str(exc))
-        else:
-            if not is_retryable_status(answer.status):
+    rollout = _current.get()
+    pending: ModelAPIError | None = None
+    try:
+        while True:
+            answer, error, retry_after = await _try_once(url, body, headers, timeout_sec)
+            if error is None:
+                assert answer is not None
                 return answer
-            error = _status_error(url, answer)
-            retry_after = retry_after_sec(answer.headers)
-        wait = retries.next_wait(retry_after)
-        if wait is None:
-            if retries.tries > 1:
-                error.args = (f"{error.args[0]} ({retries.gave_up_because})",)
-            raise error
-        await asyncio.sleep(wait)
+            wait = retries.next_wait(retry_after)
+            if wait is None:
+                raise _with_note(error, answer, url, retries.gave_up_because)
+            if rollout is not None:
+                note = "the rollout's deadline passed while it waited to retry; gave up after"
+                pending = _with_note(error, answer, url, f"{note} {retries.tries - 1} tries")
+                rollout.retrying = pending
+            await asyncio.sleep(wait)
+    finally:
+        if rollout is not None and pending is not None and rollout.retrying is pending:
+            rollout.retrying = None  # another call of the rollout may be retrying its own
+
+
+async def _try_once(
+    url: str, body: bytes, headers: dict[str, str], timeout_sec: float
+) -> tuple[HTTPAnswer, None, None] | tuple[HTTPAnswer | None, ModelAPIError, float | None]:
+    """One try: its answer when it is not worth retrying, else the answer (if any), the
+    error it stands for and the wait the endpoint asked for. Raises ``ModelAPIError`` for
+    a try that ran out of its own time (not retried)."""
+    clients = current_model_clients()  # None once the run closed them (an abandoned row)
+    try:
+        if clients is None:
+            answer = await post_in_own_thread(url, body, headers, timeout_sec)
+        else:
+            answer = await clients.post(url, body, headers, timeout_sec)
+    except TransportError as exc:
+        if not exc.retryable:
+            raise ModelAPIError(str(exc)) from None
+        return None, ModelAPIError(str(exc)), None
+    if not is_retryable_status(answer.status):
+        return answer, None, None
+    return answer, _status_error(url, answer), retry_after_sec(answer.headers)
+
+
+def _with_note(
+    error: ModelAPIError, answer: HTTPAnswer | None, url: str, note: str
+) -> ModelAPIError:
+    """``error`` saying why its call's tries ended."""
+    if answer is not None:
+        return _status_error(url, answer, note)
+    return ModelAPIError(f"{error.args[0]} ({note})")
 
 
 async def chat_completion(

@@ -23,7 +23,9 @@ connections than the concurrency; calls beyond it wait for a free connection).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import importlib
 import importlib.util
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
@@ -121,6 +123,13 @@ class ModelClients:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    async def load(self) -> None:
+        """Import the HTTP library calls will use (``aiohttp``: a second on a busy machine),
+        in a thread, before the run's rows start: else the first row's first call pays
+        for it, against its deadline. Opens nothing."""
+        if self.use_aiohttp:
+            await asyncio.to_thread(importlib.import_module, "aiohttp")
 
     def shared(
         self,

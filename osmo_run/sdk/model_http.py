@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import http.client
+import importlib
 import socket
 import threading
 import urllib.error
@@ -138,9 +139,12 @@ class AiohttpPoster:
         self._timeouts: dict[float, Any] = {}
         self._aiohttp: Any = None
 
-    def _open(self) -> Any:
-        import aiohttp
-
+    async def _open(self) -> Any:
+        # Imported in a thread: importing aiohttp takes a second on a busy machine, and on
+        # the loop that second would count as the calling row's own stall (its deadline).
+        aiohttp = await asyncio.to_thread(importlib.import_module, "aiohttp")
+        if self._session is not None:  # another row's first call opened it meanwhile
+            return self._session
         self._aiohttp = aiohttp
         connector = aiohttp.TCPConnector(
             limit=self._limit, limit_per_host=0, keepalive_timeout=60.0, ttl_dns_cache=300
@@ -155,7 +159,7 @@ class AiohttpPoster:
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], timeout_sec: float
     ) -> HTTPAnswer:
-        session = self._session or self._open()
+        session = self._session or await self._open()
         aiohttp = self._aiohttp
         timeout = self._timeouts.get(timeout_sec)
         if timeout is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import email.utils
 import math
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -116,14 +117,19 @@ class CallRetries:
         :attr:`gave_up_because` says why). Counts the call in the rollout's
         ``usage.retried_calls`` the first time it says to retry."""
         policy = self.policy
+        if self.tries == 1:  # retried, or given up on at once: it needed a retry either way
+            rollout = _current.get()
+            if rollout is not None:
+                rollout.record_retried_call()
+        asked = "" if retry_after is None else f"{RETRY_AFTER_NOTE} {retry_after:g}s"
         if self.tries >= policy.max_tries:
-            self.gave_up_because = f"gave up after {self.tries} tries"
+            self.gave_up_because = _joined(asked, f"gave up after {self.tries} tries")
             return None
         if retry_after is not None:
             if retry_after > policy.max_backoff_sec:
                 self.gave_up_because = (
-                    f"Retry-After {retry_after:g}s is longer than the "
-                    f"{policy.max_backoff_sec:g}s a call waits; gave up after {self.tries} tries"
+                    f"{asked} is longer than the {policy.max_backoff_sec:g}s a call waits; "
+                    f"gave up after {self.tries} tries"
                 )
                 return None
             wait = retry_after * random.uniform(1.0, 1.0 + policy.jitter / 2)
@@ -132,14 +138,33 @@ class CallRetries:
         now = time.monotonic()
         last_try = now - self._try_started  # the next one is likely as long
         if self.deadline is not None and now + wait + last_try >= self.deadline:
-            self.gave_up_because = (
-                f"the next try would pass the rollout's deadline; gave up after {self.tries} tries"
+            self.gave_up_because = _joined(
+                asked,
+                f"the next try would pass the rollout's deadline; gave up after {self.tries} tries",
             )
             return None
         self._try_started = now + wait
-        if self.tries == 1:
-            rollout = _current.get()
-            if rollout is not None:
-                rollout.record_retried_call()
         self.tries += 1
         return wait
+
+
+RETRY_AFTER_NOTE = "Retry-After"
+"""How a give-up note names the wait the endpoint asked for: ``(Retry-After 120s ...)``."""
+
+_ASKED = re.compile(
+    r"answered HTTP \d{3} \(" + RETRY_AFTER_NOTE + r" (\d+(?:\.\d+)?(?:e[+-]?\d+)?)s\b"
+)
+"""The note right after the status, before the endpoint's own text (which could say
+anything)."""
+
+
+def _joined(asked: str, reason: str) -> str:
+    return f"{asked}: {reason}" if asked else reason
+
+
+def asked_wait_sec(message: str) -> float | None:
+    """The seconds a call's give-up note in ``message`` says the endpoint asked to wait
+    (``Retry-After``); ``None`` when the message has no such note. What the run-level
+    ``retries:`` policy reads, so that the rollout's next attempt does not call before."""
+    found = _ASKED.search(message)
+    return None if found is None else float(found.group(1))

@@ -224,8 +224,13 @@ async def run_workflow_phase(
                 sample = await _await_with_deadline(source, clock, context)
             result = _workflow_result(request, clock, sample, info)
     except _DeadlineExceeded as exc:
-        message = exc.deadline.expired_message(exc.abandoned)
-        result = ExecutionResult.failure(request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW)
+        if rollout.retrying is not None:  # waiting out a rate limit: the row fails with it
+            result = ExecutionResult.from_exception(request.id, rollout.retrying, Phase.WORKFLOW)
+        else:
+            message = exc.deadline.expired_message(exc.abandoned)
+            result = ExecutionResult.failure(
+                request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW
+            )
     except Exception as exc:
         result = ExecutionResult.from_exception(request.id, exc, Phase.WORKFLOW)
     result.timings.workflow_sec = time.monotonic() - started
@@ -347,8 +352,13 @@ async def run_grader_phase(
                 request, result, grader, config, artifacts_root, clock, warnings, rollout, graded
             )
     except _DeadlineExceeded as exc:
-        message = exc.deadline.expired_message(exc.abandoned)
-        _fail_in_place(result, ErrorCategory.TIMEOUT, message)
+        if rollout.retrying is not None:  # waiting out a rate limit: grading fails with it
+            error = rollout.retrying
+            _fail_in_place(result, categorize_exception(error), describe_exception(error))
+        else:
+            _fail_in_place(
+                result, ErrorCategory.TIMEOUT, exc.deadline.expired_message(exc.abandoned)
+            )
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
     explained = graded[0].explained() if graded else None

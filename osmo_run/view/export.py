@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from osmo_run.errors import OutputError
+from osmo_run.run.aliases import check_no_aliases, run_files
 from osmo_run.view.catalog import RunEntry
 from osmo_run.view.index import cache_dir
 from osmo_run.view.pages import RowDetail, RunView
@@ -83,7 +84,9 @@ def choose(
 
 
 def export_html(entry: RunEntry, target: Path, sample: int | None) -> Written:
-    """Write ``entry`` to ``target``; raise :class:`OutputError` when it cannot be written."""
+    """Write ``entry`` to ``target``; raise :class:`OutputError` when it cannot be written
+    or is one of the run's own files (before anything is written)."""
+    check_no_aliases(run_files(entry.paths, "the run exported"), [("--export", target)])
     view = RunView(entry, cache_dir())
     with view.lock:
         view.refresh()

@@ -7,6 +7,7 @@ names are errors (a template mistake fails its test instead of rendering blank).
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib.resources import files
 from typing import Any
@@ -42,8 +43,15 @@ def environment() -> Environment:
     return env
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate: JSON data can hold one (a ``\\ud83d`` escape), UTF-8 cannot."""
+
+
 def render(template: str, **context: Any) -> str:
-    return environment().get_template(template).render(**context)
+    """``template`` rendered with ``context``; a lone surrogate from a run's data is shown
+    as its escape (``\\ud83d``), so the page can be sent as UTF-8."""
+    page = environment().get_template(template).render(**context)
+    return _SURROGATE.sub(lambda m: ascii(m.group())[1:-1], page)
 
 
 def static_text(name: str) -> str:

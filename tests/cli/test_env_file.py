@@ -156,3 +156,30 @@ def test_other_values_of_the_env_file_are_masked_too(cli: CLI, tmp_path: Path) -
     assert row["error_message"].startswith("RuntimeError: tool refused token ***")
     assert token not in proc.stderr
     assert _files_holding(tmp_path / "run", token.encode()) == []
+
+
+def test_a_multi_line_secret_is_masked_line_by_line_everywhere(cli: CLI, tmp_path: Path) -> None:
+    """A PEM key in the env file, quoted by a workflow's error: the row keeps the error's
+    first line, which holds only the key's first line; no line of the key reaches the
+    printed FAILURE line, the row, the JUnit report or the Markdown summary."""
+    lines = [secrets.token_urlsafe(48) for _ in range(3)]
+    pem = "\n".join(lines)
+    env_file = tmp_path / ".env"
+    env_file.write_text(f'OSMO_RUN_TEST_PEM="{pem}"\n')
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"id": "r1", "prompt": "hi", "raise_env": "OSMO_RUN_TEST_PEM"}))
+    run = tmp_path / "run"
+    proc = cli.subprocess(
+        "local", data, "--workflow", "tests.workflows:ScriptedWorkflow", "--code-dir", REPO,
+        "-o", run / "results.jsonl", "--env-file", env_file, "--plain",
+        "--junit-xml", run / "junit.xml", "--summary-md", run / "summary.md",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (row,) = read_jsonl(run / "results.jsonl")
+    assert row["error_message"].startswith("RuntimeError: the server refused ***")
+    printed = proc.stdout + proc.stderr
+    assert "the server refused ***" in printed
+    for line in lines:
+        assert line not in printed
+        assert _files_holding(run, line.encode()) == []
+        assert _files_holding(run, json.dumps(line)[1:-1].encode()) == []

@@ -174,7 +174,11 @@ def test_an_endpoint_that_keeps_answering_429_trips_it_after_the_retries(
 ) -> None:
     rows = [{"id": f"r{i:02d}", "prompt": "please 429"} for i in range(10)]
     data = write_jsonl(rows)
-    code, lines, output = _run(cli, data, _spec(tmp_path, stub_model.base_url), "--breaker", "3")
+    # 3 s, not 1: on a busy box the first 429 itself may take a second to come back, and a
+    # row with no answer yet is rightly a timeout (one waiting out a retry is not: the
+    # rollout fails with the rate limit it got)
+    spec = _spec(tmp_path, stub_model.base_url, timeouts={"agent_sec": 3, "grader_sec": 2})
+    code, lines, output = _run(cli, data, spec, "--breaker", "3")
     assert code == ExitCode.SYSTEMIC_FAILURE, "\n".join(lines)
     records = read_jsonl(output)
     assert {r["error_category"] for r in records} == {"rate_limit"}

@@ -108,3 +108,42 @@ def test_a_strands_agent_takes_chat_style_messages_as_osmosis_ai_does() -> None:
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello."},
     ]
+
+
+def _refuse(*args: Any, **kwargs: Any) -> Any:
+    raise TypeError("this converter maps nothing")
+
+
+@pytest.mark.skipif(not HAS_AGENTS, reason="needs pip install 'osmo-run[openai-agents]'")
+def test_an_agents_converter_that_fails_on_everything_keeps_every_item_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from osmo_run.integrations import openai_agents
+    from osmo_run.integrations.openai_agents import RolloutSession
+
+    monkeypatch.setattr(openai_agents.Converter, "items_to_messages", _refuse)
+    items: list[Any] = [{"role": "user", "content": "hi"}, HOSTED_SEARCH]
+    session, _ = _in_rollout(RolloutSession)
+    asyncio.run(session.add_items(items))
+    sample = session.get_sample()
+    assert [m.get("agents_item") for m in sample.messages] == items
+    assert [m["role"] for m in sample.messages] == ["user", "assistant"]
+
+
+@pytest.mark.skipif(not HAS_STRANDS, reason="needs pip install 'osmo-run[strands]'")
+def test_a_strands_converter_that_fails_on_everything_keeps_every_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from osmo_run.integrations import strands
+    from osmo_run.integrations.strands import chat_messages
+
+    monkeypatch.setattr(strands.OpenAIModel, "format_request_messages", _refuse)
+    messages: Any = [
+        {"role": "user", "content": [{"text": "Describe this."}]},
+        {"role": "assistant"},  # no content at all
+    ]
+    assert chat_messages(messages, "Be brief.") == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "", "strands_content": [{"text": "Describe this."}]},
+        {"role": "assistant", "content": "", "strands_content": []},
+    ]

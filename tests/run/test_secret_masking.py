@@ -21,11 +21,29 @@ from osmo_run.run.runner import Runner, WorkItem
 from osmo_run.testing import FakeBackend
 
 
+def _invisible(char: str) -> bool:
+    """C0 and C1 controls, DEL, line and paragraph separators, bidirectional controls."""
+    code = ord(char)
+    bidi = 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069
+    return code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029) or bidi
+
+
+def _forms(secret: str) -> list[str]:
+    """The texts that stand for a short secret, longest first: itself, JSON-escaped (a
+    message quoting a JSON document) and with its control characters escaped (as printed)."""
+    escaped = "".join(ascii(c)[1:-1] if _invisible(c) else c for c in secret)
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    return sorted(forms | {escaped}, key=lambda f: (-len(f), f))
+
+
 def _masked(value: Any, secret: str) -> Any:
     """What the issue asks for, written independently of the code under test: every string
-    value with ``secret`` replaced, keys and everything else as they were."""
+    value with ``secret`` (in each of its forms) replaced, keys and everything else as they
+    were."""
     if isinstance(value, str):
-        return value.replace(secret, "***")
+        for form in _forms(secret):
+            value = value.replace(form, "***")
+        return value
     if isinstance(value, dict):
         return {key: _masked(item, secret) for key, item in value.items()}
     if isinstance(value, list):
@@ -71,6 +89,7 @@ def _write(path: Path, secrets: tuple[str, ...], text: str, fail: bool) -> list[
     fail=st.booleans(),
 )
 @example(secret="*", text="a*b", fail=True)  # a key inside the mask: masked once, not twice
+@example(secret='a"\x85', text='{"k": "a\\"\\u0085"}', fail=True)  # quoted in JSON
 def test_any_key_text_leaves_every_line_readable(
     tmp_path_factory: Any, secret: str, text: str, fail: bool
 ) -> None:
@@ -88,3 +107,31 @@ def test_any_key_text_leaves_every_line_readable(
         key: value if key in structural else _masked(value, secret)
         for key, value in expected.items()
     }
+
+
+_SECRET_CHARS = st.characters(categories=["L", "N"]) | st.sampled_from(list('+/=-_"\\\t'))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(st.text(_SECRET_CHARS, min_size=8, max_size=70), min_size=1, max_size=4),
+    before=st.text(" .:;!?,\n", max_size=1200),
+    after=st.text(" .:;!?,\n", max_size=50),
+    quoted=st.booleans(),
+)
+def test_no_line_of_a_secret_nor_a_piece_a_cut_leaves_reaches_the_row(
+    tmp_path_factory: Any, lines: list[str], before: str, after: str, quoted: bool
+) -> None:
+    """A (multi-line) secret anywhere in a failing rollout's error, as it is or inside a
+    JSON document: the row's message is cut to its first line and to 1000 characters, and
+    holds no line of the secret and no 8 characters of one, wherever the cut falls."""
+    secret = "\n".join(lines)
+    quote = json.dumps({"key": secret}) if quoted else secret
+    text = f"refused{before}{quote}{after}"
+    directory: Path = tmp_path_factory.mktemp("out")
+    (line,) = _write(directory / "out.jsonl", (secret,), text, True)
+    message = json.loads(line)["error_message"]
+    assert message.startswith("refused")
+    for piece in lines:
+        for start in range(len(piece) - 7):
+            assert piece[start : start + 8] not in message

@@ -1,0 +1,62 @@
+"""Which texts stand for a secret, and how a run masks them.
+
+A secret reaches what a run writes in more forms than its own text: a multi-line value (a
+PEM key in ``--env-file``) is quoted by an error whose first line alone is kept, so only
+the key's first line is there; a message that quotes a JSON document holds the secret
+JSON-escaped (``\\n`` for a newline, ``\\"`` for a quote); the printed line writes control
+characters as escapes. :class:`SecretMask` masks each of these forms, longest first.
+
+By ``str.replace``, never a regex: a secret's text is data and no pattern.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+from osmo_run.run.text import one_line
+
+MASK = "***"
+
+MIN_LINE_CHARS = 8
+"""A line of a multi-line secret this long or longer is masked on its own too; a shorter
+line (a PEM's ``==`` tail, a lone brace) says little of the secret, and masking it would
+blank that text wherever it appears."""
+
+
+def secret_forms(secret: str) -> Iterator[str]:
+    """The texts that stand for ``secret`` in what a run writes: the secret, its
+    JSON-escaped forms (ASCII and not), its :func:`~osmo_run.run.text.one_line` form, and
+    the same for each of its lines of :data:`MIN_LINE_CHARS` or more (stripped) when it
+    has several. May repeat a form; never yields an empty one."""
+    pieces = [secret]
+    lines = secret.splitlines()
+    if len(lines) > 1:
+        pieces += [line.strip() for line in lines if len(line.strip()) >= MIN_LINE_CHARS]
+    for piece in pieces:
+        if not piece:
+            continue
+        yield piece
+        yield json.dumps(piece)[1:-1]
+        yield json.dumps(piece, ensure_ascii=False)[1:-1]
+        yield one_line(piece)
+
+
+class SecretMask:
+    """Replaces every form of each secret (:func:`secret_forms`) by ``***``, longest
+    first, so that a form containing another is masked whole."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms = {form for secret in secrets if secret for form in secret_forms(secret)}
+        self.forms: tuple[str, ...] = tuple(sorted(forms, key=lambda f: (-len(f), f)))
+        """Every text masked, longest first."""
+
+    def __bool__(self) -> bool:
+        return bool(self.forms)
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every form of every secret replaced by ``***``."""
+        for form in self.forms:
+            if form in text:
+                text = text.replace(form, MASK)
+        return text
