@@ -29,7 +29,11 @@ def surrogate_run(tmp_path: Path) -> Path:
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))  # ASCII: \ud83d escapes
     results = tmp_path / "runs" / "s" / "results.jsonl"
     workflow = "tests.cli.hostile_workflows:QuotingWorkflow"
-    proc = CLI(tmp_path).local(data, "--workflow", workflow, "-o", results, "--plain")
+    # a process of its own: the browser tests before these leave an event loop running
+    # on this thread, and the in-process CLI cannot start its own under it
+    proc = CLI(tmp_path).local(
+        data, "--workflow", workflow, "-o", results, "--plain", in_process=False
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     return results.parent
 
