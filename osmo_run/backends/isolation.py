@@ -15,6 +15,7 @@ the child's environment, never in a file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -33,6 +34,9 @@ from osmo_run.sdk.sandbox import (
     SUPERVISED_ENV,
 )
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, Phase
+
+_REAP_SEC = 2.0
+"""How long an interrupted phase waits for its killed child's pipes to close."""
 
 
 class ProcessPhaseRunner:
@@ -81,6 +85,10 @@ class ProcessPhaseRunner:
             killed = await self._supervise(phase, rollout_id, timeout_sec, read_fd, output)
         except asyncio.CancelledError:
             process.kill()
+            # Read the killed child's pipes to their end now: a transport left open is
+            # closed by the garbage collector after the loop, which prints a traceback.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(output), _REAP_SEC)
             raise
         finally:
             os.close(read_fd)

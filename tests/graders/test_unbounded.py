@@ -241,8 +241,7 @@ def test_an_interrupt_during_an_endless_grade_ends_the_run_at_once(
     code, stderr = run.finish(timeout=30)
     assert code == 130, stderr
     assert time.monotonic() - sent < 5
-    if isolation == "none":  # an interrupted process-isolation run prints an asyncio
-        assert "Traceback" not in stderr  # "Event loop is closed" on main too: not graders'
+    assert "Traceback" not in stderr
     rows = {row["row_id"]: row for row in read_jsonl(output)}
     assert rows["done"]["reward"] == 1.0  # what finished is kept
     assert rows["tower"]["status"] == "cancelled"
