@@ -214,11 +214,20 @@ umount_under() {  # debootstrap leaves proc/sys mounted inside the target if it 
   done
 }
 
+apt_mirror() {  # the first Debian archive URI apt is configured with (deb822 or one-line form)
+  local uri
+  uri=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  if [ -z "$uri" ]; then
+    uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+      | awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}')
+  fi
+  [ -n "$uri" ] && echo "$uri"
+}
+
 build_rootfs_tar() {
   local root=$STATE/rootfs.tmp log=$STATE/debootstrap.log mirror
   command -v debootstrap >/dev/null 2>&1 || die "debootstrap missing (apt-get install debootstrap)"
-  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
+  mirror=$(apt_mirror) || die "no Debian mirror in this machine's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/); add the one this machine uses, as apt-get needs it too"
   umount_under "$root"
   rm -rf --one-file-system "$root"
   echo "=== $(date -Is) debootstrap bookworm from $mirror" >"$log"
