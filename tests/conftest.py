@@ -7,8 +7,12 @@ import io
 import json
 import os
 import pty
+import select
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -98,21 +102,32 @@ def run_on_a_terminal(
     args: list[str], cwd: Path, env: dict[str, str], timeout: float = 30
 ) -> tuple[int, bytes]:
     """Run ``args`` with stdout and stderr on a pseudo-terminal (as CI runners often give
-    one); return the exit code and everything it wrote there."""
+    one); return the exit code and everything it wrote there. A process still running
+    after ``timeout`` seconds is killed and ``subprocess.TimeoutExpired`` raised (its
+    ``output``: what it wrote until then)."""
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=secondary, stderr=secondary)
     os.close(secondary)
+    deadline = time.monotonic() + timeout
     shown = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(primary)
-    return proc.wait(timeout), shown
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([primary], [], [], left)[0]:
+                # still holding the terminal at the deadline: stop it, as subprocess.run would
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(args, timeout, output=shown)
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+    return proc.wait(max(deadline - time.monotonic(), 0.1)), shown
 
 
 @pytest.fixture
@@ -151,6 +166,41 @@ def _as_a_process(cwd: Path, env: dict[str, str]) -> Iterator[tuple[io.StringIO,
                 del sys.modules[name]
 
 
+class _TimeLimitReached(BaseException):
+    """Raised into the main thread by :func:`_time_limit`'s alarm: a ``BaseException``, so
+    that the CLI's own ``except Exception`` (one error line) does not catch it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`_TimeLimitReached` in the main thread after ``seconds``. An alarm already
+    armed (pytest-timeout's, for the whole test) that would fire first is left alone;
+    otherwise it is re-armed afterwards with the time it had left, and its handler put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread: no limit here
+        return
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    if outer_left and outer_left <= seconds:
+        yield  # the outer alarm fires first
+        return
+
+    def reached(signum: int, frame: object) -> None:
+        raise _TimeLimitReached
+
+    started = time.monotonic()
+    outer = signal.signal(signal.SIGALRM, reached)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer)
+        if outer_left:
+            signal.setitimer(
+                signal.ITIMER_REAL, max(outer_left - (time.monotonic() - started), 0.001)
+            )
+
+
 class CLI:
     """Runs ``osmo-run`` from the test's tmp directory: in this process by default (the same
     entry point as the console script, without the cost of a new interpreter), or as the
@@ -163,14 +213,22 @@ class CLI:
     def __call__(
         self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """``osmo-run ARGS...`` in this process. A run still going after ``timeout`` seconds
+        is stopped and ``subprocess.TimeoutExpired`` raised, as :meth:`subprocess` would
+        (on the main thread only: the limit is a ``SIGALRM``)."""
         from osmo_run.cli import run_cli
 
         argv = [*map(str, args)]
+        command = ["osmo-run", *argv]
         with _as_a_process(self.cwd, env or cli_env()) as (stdout, stderr):
-            code = run_cli(argv)
-        return subprocess.CompletedProcess(
-            ["osmo-run", *argv], code, stdout.getvalue(), stderr.getvalue()
-        )
+            try:
+                with _time_limit(timeout):
+                    code = run_cli(argv)
+            except _TimeLimitReached:
+                raise subprocess.TimeoutExpired(
+                    command, timeout, output=stdout.getvalue(), stderr=stderr.getvalue()
+                ) from None
+        return subprocess.CompletedProcess(command, code, stdout.getvalue(), stderr.getvalue())
 
     def subprocess(
         self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
