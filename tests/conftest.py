@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -16,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -48,6 +50,35 @@ def make_request(
         agent_timeout_sec=agent_sec,
         grader_timeout_sec=grader_sec,
     )
+
+
+def extras_required() -> bool:
+    """Whether a missing extra fails its tests instead of skipping them: in CI (``CI`` set,
+    or ``OSMO_RUN_REQUIRE_DOCKER=1`` / ``OSMO_RUN_REQUIRE_EXTRAS=1`` as ``.ci/run`` sets),
+    where every extra is installed and a skip would hide a broken install."""
+    return bool(os.environ.get("CI")) or "1" in (
+        os.environ.get("OSMO_RUN_REQUIRE_DOCKER"),
+        os.environ.get("OSMO_RUN_REQUIRE_EXTRAS"),
+    )
+
+
+def require_extra(module: str, extra: str) -> ModuleType:
+    """``module``, imported; if the extra ``extra`` that installs it is missing, skip the
+    calling test (or, at a module's top, the whole module) with a reason naming the extra,
+    or fail in CI (:func:`extras_required`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        message = f"needs the '{extra}' extra: pip install 'osmo-run[{extra}]' ({exc})"
+        if extras_required():
+            pytest.fail(message, pytrace=False)
+        raise pytest.skip.Exception(message, allow_module_level=True) from None
+
+
+def parquet_modules() -> tuple[Any, Any]:
+    """``(pyarrow, pyarrow.parquet)`` for a test that writes Parquet (see
+    :func:`require_extra`: skipped without the ``parquet`` extra)."""
+    return require_extra("pyarrow", "parquet"), require_extra("pyarrow.parquet", "parquet")
 
 
 def jsonl_bytes(rows: list[Row]) -> bytes:
