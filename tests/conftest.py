@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from osmo_run import ExecutionRequest
+from osmo_run import ExecutionRequest, testing
 
 REPO = Path(__file__).resolve().parents[1]
 """The repository root: the code dir that makes ``tests.workflows:Name`` importable."""
@@ -33,6 +33,19 @@ OSMO_RUN = Path(sys.executable).parent / "osmo-run"
 Row = dict[str, Any] | str | bytes
 """A dataset line: an object (written as JSON), or raw text/bytes written as is."""
 
+WriteJsonl = Callable[..., Path]
+"""The type of the :func:`write_jsonl` fixture."""
+
+SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
+"""CLI arguments: rows run :class:`tests.workflows.ScriptedWorkflow` (their metadata says how)."""
+SCRIPTED_GRADED = (*SCRIPTED, "--grader", "tests.workflows:ScriptedGrader")
+""":data:`SCRIPTED`, graded by ``ScriptedGrader`` (reward 1 when the answer is the label)."""
+COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
+"""CLI arguments: rows run ``CountingWorkflow``, which counts its runs in the directory
+``metadata.calls`` names (see the :func:`calls` fixture and :func:`call_counts`)."""
+COUNTING_GRADED = (*COUNTING, "--grader", "tests.workflows:ScriptedGrader")
+""":data:`COUNTING`, graded by ``ScriptedGrader``."""
+
 
 def make_request(
     metadata: dict[str, Any] | None = None,
@@ -41,12 +54,15 @@ def make_request(
     grader_sec: float | None = 5.0,
     row_id: str = "r1",
 ) -> ExecutionRequest:
-    """A one-message request (``user: hi``) for in-process tests."""
-    return ExecutionRequest(
-        id=row_id,
-        prompt=[{"role": "user", "content": "hi"}],
+    """A one-message request (``user: hi``) for in-process tests: what
+    :func:`osmo_run.testing.make_request` makes, with the suite's defaults (id ``r1``,
+    label ``hi``, and 5 s deadlines rather than a user's 60 s, so that a hung row fails its
+    test quickly)."""
+    return testing.make_request(
+        "hi",
         label=label,
-        metadata=metadata or {},
+        metadata=metadata,
+        rollout_id=row_id,
         agent_timeout_sec=agent_sec,
         grader_timeout_sec=grader_sec,
     )
@@ -162,7 +178,16 @@ def run_on_a_terminal(
 
 
 @pytest.fixture
-def write_jsonl(tmp_path: Path) -> Callable[..., Path]:
+def calls(tmp_path: Path) -> Path:
+    """An empty directory ``tmp_path/calls`` where counting workflows record each run of a
+    row (``metadata.calls``); read it with :func:`call_counts`."""
+    path = tmp_path / "calls"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def write_jsonl(tmp_path: Path) -> WriteJsonl:
     """``write_jsonl(rows, name="data.jsonl") -> path`` in the test's tmp directory."""
 
     def write(rows: list[Row], name: str = "data.jsonl") -> Path:

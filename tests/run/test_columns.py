@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ from osmo_run.errors import DatasetError
 from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.sdk.types import ExecutionRequest
-from tests.conftest import parquet_modules
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import WriteJsonl, parquet_modules
 
 
 def _requests(path: Path, columns: ColumnMap) -> list[ExecutionRequest]:
