@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 
 from osmo_run.backends.base import ExecutionBackend, ResultCallback
 from osmo_run.backends.local import LocalBackend
-from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
+from osmo_run.sdk.config import AgentWorkflowConfig, ConcurrencyConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.model_clients import ModelClients, reset_model_clients, use_model_clients
 from osmo_run.sdk.model_http import HTTPAnswer, ModelTransport
@@ -156,7 +156,7 @@ async def run_grader(
     graded = ExecutionResult(request.id, RolloutStatus.SUCCESS, sample=sample)
     config = GraderConfig(settings=dict(settings or {}))
     judge = _endpoint_of(judge, model)
-    clients = ModelClients(1, transport=model)
+    clients = ModelClients(ConcurrencyConfig().max_concurrent, transport=model)
     token = use_model_clients(clients)
     try:
         return await run_grader_phase(request, graded, grader, config, artifacts_dir, judge)
