@@ -38,7 +38,15 @@ import asyncio
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -321,7 +329,7 @@ class MockReply:
     tool call; ``finish_reason`` to ``tool_calls`` or ``stop``."""
 
     text: str | None = None
-    tool_calls: tuple[MockToolCall, ...] = ()
+    tool_calls: Sequence[MockToolCall] = ()
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
@@ -344,8 +352,10 @@ Scripted = str | MockToolCall | MockReply | MockError
 Script = (
     Iterable[Scripted]
     | Mapping[str, Scripted | Iterable[Scripted]]
-    | Callable[["MockCall"], Scripted]
+    | Callable[["MockCall"], Scripted | None]
 )
+"""What a :class:`MockModel` answers from: a sequence, a mapping from prompts, or a function
+(returning ``None`` for a call it has no answer for)."""
 
 
 @dataclass
@@ -399,7 +409,7 @@ class MockModel:
     - a sequence: the calls in order, whoever makes them;
     - a mapping from a prompt (the text of the first user message) to its answer or its
       sequence of answers, for rows that run at once;
-    - a function of the :class:`MockCall`, returning its answer.
+    - a function of the :class:`MockCall`, returning its answer (``None``: none).
 
     An answer is text, a :class:`MockToolCall`, a :class:`MockReply`, or a
     :class:`MockError` (429 with ``Retry-After``, 500...: the run's per-call retries answer

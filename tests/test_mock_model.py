@@ -173,3 +173,18 @@ def test_the_sync_helpers_refuse_a_running_loop_with_one_clear_error() -> None:
         assert result.status is RolloutStatus.SUCCESS
 
     asyncio.run(main())
+
+
+def test_a_reply_may_hold_text_and_several_tool_calls() -> None:
+    reply = MockReply(
+        "Adding twice.",
+        [MockToolCall("add", {"a": 1}), MockToolCall("add", '{"a": ')],
+        completion_tokens=11,
+    )
+    result = run_workflow_sync(AskOnceWorkflow, "hi", model=MockModel([reply]))
+    assert result.sample is not None
+    message = result.sample.messages[-1]
+    assert message["content"] == "Adding twice."
+    assert [call["id"] for call in message["tool_calls"]] == ["call_1_0", "call_1_1"]
+    assert message["tool_calls"][1]["function"]["arguments"] == '{"a": '  # as scripted
+    assert result.usage is not None and result.usage.completion_tokens == 11
