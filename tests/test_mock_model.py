@@ -22,6 +22,7 @@ from osmo_run import (
     RolloutStatus,
 )
 from osmo_run.sdk.llm import chat_completion
+from osmo_run.sdk.model_http import HTTPAnswer, TransportError
 from osmo_run.testing import (
     MockCall,
     MockError,
@@ -188,3 +189,31 @@ def test_a_reply_may_hold_text_and_several_tool_calls() -> None:
     assert [call["id"] for call in message["tool_calls"]] == ["call_1_0", "call_1_1"]
     assert message["tool_calls"][1]["function"]["arguments"] == '{"a": '  # as scripted
     assert result.usage is not None and result.usage.completion_tokens == 11
+
+
+class DropsFirst:
+    """A ``ModelTransport`` of a test's own: the first call's connection drops, the rest
+    go to ``model``."""
+
+    def __init__(self, model: MockModel) -> None:
+        self.model = model
+        self.dropped = 0
+
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], timeout_sec: float
+    ) -> HTTPAnswer:
+        if not self.dropped:
+            self.dropped += 1
+            raise TransportError(f"cannot reach {url}: connection dropped", retryable=True)
+        return await self.model.post(url, body, headers, timeout_sec)
+
+
+def test_any_model_transport_stands_in_for_the_network_dropped_connections_included() -> None:
+    model = MockModel(["after the drop"])
+    transport = DropsFirst(model)
+    result = run_workflow_sync(AskOnceWorkflow, "hi", model=transport, llm=model.endpoint)
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.sample is not None
+    assert result.sample.messages[-1]["content"] == "after the drop"
+    assert (transport.dropped, model.call_count) == (1, 1)
+    assert result.usage is not None and result.usage.retried_calls == 1
