@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
 import pty
+import select
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-from osmo_run import ExecutionRequest
+from osmo_run import ExecutionRequest, testing
 
 REPO = Path(__file__).resolve().parents[1]
 """The repository root: the code dir that makes ``tests.workflows:Name`` importable."""
@@ -27,6 +33,19 @@ OSMO_RUN = Path(sys.executable).parent / "osmo-run"
 Row = dict[str, Any] | str | bytes
 """A dataset line: an object (written as JSON), or raw text/bytes written as is."""
 
+WriteJsonl = Callable[..., Path]
+"""The type of the :func:`write_jsonl` fixture."""
+
+SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
+"""CLI arguments: rows run :class:`tests.workflows.ScriptedWorkflow` (their metadata says how)."""
+SCRIPTED_GRADED = (*SCRIPTED, "--grader", "tests.workflows:ScriptedGrader")
+""":data:`SCRIPTED`, graded by ``ScriptedGrader`` (reward 1 when the answer is the label)."""
+COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
+"""CLI arguments: rows run ``CountingWorkflow``, which counts its runs in the directory
+``metadata.calls`` names (see the :func:`calls` fixture and :func:`call_counts`)."""
+COUNTING_GRADED = (*COUNTING, "--grader", "tests.workflows:ScriptedGrader")
+""":data:`COUNTING`, graded by ``ScriptedGrader``."""
+
 
 def make_request(
     metadata: dict[str, Any] | None = None,
@@ -35,15 +54,47 @@ def make_request(
     grader_sec: float | None = 5.0,
     row_id: str = "r1",
 ) -> ExecutionRequest:
-    """A one-message request (``user: hi``) for in-process tests."""
-    return ExecutionRequest(
-        id=row_id,
-        prompt=[{"role": "user", "content": "hi"}],
+    """A one-message request (``user: hi``) for in-process tests: what
+    :func:`osmo_run.testing.make_request` makes, with the suite's defaults (id ``r1``,
+    label ``hi``, and 5 s deadlines rather than a user's 60 s, so that a hung row fails its
+    test quickly)."""
+    return testing.make_request(
+        "hi",
         label=label,
-        metadata=metadata or {},
+        metadata=metadata,
+        rollout_id=row_id,
         agent_timeout_sec=agent_sec,
         grader_timeout_sec=grader_sec,
     )
+
+
+def extras_required() -> bool:
+    """Whether a missing extra fails its tests instead of skipping them: in CI (``CI`` set,
+    or ``OSMO_RUN_REQUIRE_DOCKER=1`` / ``OSMO_RUN_REQUIRE_EXTRAS=1`` as ``.ci/run`` sets),
+    where every extra is installed and a skip would hide a broken install."""
+    return bool(os.environ.get("CI")) or "1" in (
+        os.environ.get("OSMO_RUN_REQUIRE_DOCKER"),
+        os.environ.get("OSMO_RUN_REQUIRE_EXTRAS"),
+    )
+
+
+def require_extra(module: str, extra: str) -> ModuleType:
+    """``module``, imported; if the extra ``extra`` that installs it is missing, skip the
+    calling test (or, at a module's top, the whole module) with a reason naming the extra,
+    or fail in CI (:func:`extras_required`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        message = f"needs the '{extra}' extra: pip install 'osmo-run[{extra}]' ({exc})"
+        if extras_required():
+            pytest.fail(message, pytrace=False)
+        raise pytest.skip.Exception(message, allow_module_level=True) from None
+
+
+def parquet_modules() -> tuple[Any, Any]:
+    """``(pyarrow, pyarrow.parquet)`` for a test that writes Parquet (see
+    :func:`require_extra`: skipped without the ``parquet`` extra)."""
+    return require_extra("pyarrow", "parquet"), require_extra("pyarrow.parquet", "parquet")
 
 
 def jsonl_bytes(rows: list[Row]) -> bytes:
@@ -98,25 +149,45 @@ def run_on_a_terminal(
     args: list[str], cwd: Path, env: dict[str, str], timeout: float = 30
 ) -> tuple[int, bytes]:
     """Run ``args`` with stdout and stderr on a pseudo-terminal (as CI runners often give
-    one); return the exit code and everything it wrote there."""
+    one); return the exit code and everything it wrote there. A process still running
+    after ``timeout`` seconds is killed and ``subprocess.TimeoutExpired`` raised (its
+    ``output``: what it wrote until then)."""
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=secondary, stderr=secondary)
     os.close(secondary)
+    deadline = time.monotonic() + timeout
     shown = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(primary)
-    return proc.wait(timeout), shown
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([primary], [], [], left)[0]:
+                # still holding the terminal at the deadline: stop it, as subprocess.run would
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(args, timeout, output=shown)
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+    return proc.wait(max(deadline - time.monotonic(), 0.1)), shown
 
 
 @pytest.fixture
-def write_jsonl(tmp_path: Path) -> Callable[..., Path]:
+def calls(tmp_path: Path) -> Path:
+    """An empty directory ``tmp_path/calls`` where counting workflows record each run of a
+    row (``metadata.calls``); read it with :func:`call_counts`."""
+    path = tmp_path / "calls"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def write_jsonl(tmp_path: Path) -> WriteJsonl:
     """``write_jsonl(rows, name="data.jsonl") -> path`` in the test's tmp directory."""
 
     def write(rows: list[Row], name: str = "data.jsonl") -> Path:
@@ -151,6 +222,41 @@ def _as_a_process(cwd: Path, env: dict[str, str]) -> Iterator[tuple[io.StringIO,
                 del sys.modules[name]
 
 
+class _TimeLimitReached(BaseException):
+    """Raised into the main thread by :func:`_time_limit`'s alarm: a ``BaseException``, so
+    that the CLI's own ``except Exception`` (one error line) does not catch it."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`_TimeLimitReached` in the main thread after ``seconds``. An alarm already
+    armed (pytest-timeout's, for the whole test) that would fire first is left alone;
+    otherwise it is re-armed afterwards with the time it had left, and its handler put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach only the main thread: no limit here
+        return
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    if outer_left and outer_left <= seconds:
+        yield  # the outer alarm fires first
+        return
+
+    def reached(signum: int, frame: object) -> None:
+        raise _TimeLimitReached
+
+    started = time.monotonic()
+    outer = signal.signal(signal.SIGALRM, reached)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer)
+        if outer_left:
+            signal.setitimer(
+                signal.ITIMER_REAL, max(outer_left - (time.monotonic() - started), 0.001)
+            )
+
+
 class CLI:
     """Runs ``osmo-run`` from the test's tmp directory: in this process by default (the same
     entry point as the console script, without the cost of a new interpreter), or as the
@@ -163,14 +269,22 @@ class CLI:
     def __call__(
         self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """``osmo-run ARGS...`` in this process. A run still going after ``timeout`` seconds
+        is stopped and ``subprocess.TimeoutExpired`` raised, as :meth:`subprocess` would
+        (on the main thread only: the limit is a ``SIGALRM``)."""
         from osmo_run.cli import run_cli
 
         argv = [*map(str, args)]
+        command = ["osmo-run", *argv]
         with _as_a_process(self.cwd, env or cli_env()) as (stdout, stderr):
-            code = run_cli(argv)
-        return subprocess.CompletedProcess(
-            ["osmo-run", *argv], code, stdout.getvalue(), stderr.getvalue()
-        )
+            try:
+                with _time_limit(timeout):
+                    code = run_cli(argv)
+            except _TimeLimitReached:
+                raise subprocess.TimeoutExpired(
+                    command, timeout, output=stdout.getvalue(), stderr=stderr.getvalue()
+                ) from None
+        return subprocess.CompletedProcess(command, code, stdout.getvalue(), stderr.getvalue())
 
     def subprocess(
         self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None

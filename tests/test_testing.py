@@ -82,3 +82,26 @@ def test_fake_backend_answers_from_its_function_within_its_concurrency(tmp_path:
     assert _drive(backend, tmp_path, 10) == ["10", "success"]
     assert sorted(r.id for r in backend.requests) == sorted(f"r{i}" for i in range(10))
     assert backend.peak_in_flight == 3
+
+
+def test_the_public_api_is_pinned() -> None:
+    """What ``osmo_run.testing`` promises users: a name leaves only on purpose."""
+    import osmo_run.testing
+
+    assert osmo_run.testing.__all__ == [
+        "FakeBackend",
+        "MockCall",
+        "MockError",
+        "MockModel",
+        "MockReply",
+        "MockToolCall",
+        "make_request",
+        "run_grader",
+        "run_grader_sync",
+        "run_rollout",
+        "run_rollout_sync",
+        "run_workflow",
+        "run_workflow_sync",
+    ]
+    for name in osmo_run.testing.__all__:
+        assert getattr(osmo_run.testing, name).__doc__, f"{name} has no docstring"

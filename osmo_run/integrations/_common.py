@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients
+from osmo_run.sdk.model_http import ModelTransport, TransportError
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
@@ -156,6 +157,34 @@ def _fixed_request(http: Any, request: Any) -> Any:
     )
 
 
+def _answering_transport(http: Any, transport: ModelTransport) -> Any:
+    """An async transport of the ``http`` module whose requests ``transport`` answers
+    (the run's :class:`~osmo_run.sdk.model_http.ModelTransport`: a test's scripted model),
+    with no socket. Its :class:`~osmo_run.sdk.model_http.TransportError` is raised as the
+    ``http`` module's ``ConnectError`` (openai's ``APIConnectionError``) or, for a call
+    that ran out of its time, ``ReadTimeout``."""
+
+    class AnsweringTransport(http.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            body = await request.aread()
+            timeouts = request.extensions.get("timeout") or {}
+            timeout_sec = timeouts.get("read") or 600.0
+            try:
+                answer = await transport.post(
+                    str(request.url), body, dict(request.headers), timeout_sec
+                )
+            except TransportError as exc:
+                error = http.ConnectError if exc.retryable else http.ReadTimeout
+                raise error(str(exc), request=request) from None
+            items = getattr(answer.headers, "items", None)
+            headers = list(items()) if callable(items) else []
+            return http.Response(
+                answer.status, headers=headers, content=answer.body, request=request
+            )
+
+    return AnsweringTransport()
+
+
 def _new_openai_client(endpoint: LLMEndpoint, clients: ModelClients | None) -> AsyncOpenAI:
     from openai import AsyncOpenAI, DefaultAioHttpClient, DefaultAsyncHttpxClient
 
@@ -173,7 +202,10 @@ def _new_openai_client(endpoint: LLMEndpoint, clients: ModelClients | None) -> A
         # may think longer than that, and a new TLS connection costs a handshake
         limits = http.Limits(max_connections=n, max_keepalive_connections=n, keepalive_expiry=60)
         aiohttp_transport = _aiohttp_transport_class(http) if clients.use_aiohttp else None
-        if aiohttp_transport is not None:  # openai's aiohttp transport: fast under load
+        if clients.transport is not None:  # the run's calls are answered without a socket
+            inner = _answering_transport(http, clients.transport)
+            client_class = DefaultAsyncHttpxClient
+        elif aiohttp_transport is not None:  # openai's aiohttp transport: fast under load
             inner, client_class = aiohttp_transport(limits=limits), DefaultAioHttpClient
         else:  # openai without its aiohttp extra: httpx, pooled all the same
             inner, client_class = http.AsyncHTTPTransport(limits=limits), DefaultAsyncHttpxClient

@@ -31,7 +31,13 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from osmo_run.sdk.model_http import AiohttpPoster, HTTPAnswer, Poster, ThreadPoster
+from osmo_run.sdk.model_http import (
+    AiohttpPoster,
+    HTTPAnswer,
+    ModelTransport,
+    Poster,
+    ThreadPoster,
+)
 from osmo_run.sdk.model_retry import DEFAULT_POLICY, CallRetryPolicy
 
 T = TypeVar("T")
@@ -100,7 +106,10 @@ class ModelClients:
     ``concurrency`` is the run's; at most that many connections per endpoint are open
     (fewer when the open-file limit says so: :attr:`connections`,
     :attr:`capped_message`). ``use_aiohttp`` defaults to whether it is installed.
-    ``retry`` is how each call is retried. Use from one event loop; close once.
+    ``retry`` is how each call is retried. ``transport``, when given, answers every call
+    of every endpoint instead of the network (a test's scripted model: see
+    :class:`~osmo_run.sdk.model_http.ModelTransport`); it may also be set before the
+    first call. Use from one event loop; close once.
     """
 
     def __init__(
@@ -109,7 +118,9 @@ class ModelClients:
         *,
         retry: CallRetryPolicy = DEFAULT_POLICY,
         use_aiohttp: bool | None = None,
+        transport: ModelTransport | None = None,
     ) -> None:
+        self.transport = transport
         self.concurrency = max(1, concurrency)
         self.retry = retry
         self.connections, self.capped_message = connection_budget(self.concurrency)
@@ -155,6 +166,10 @@ class ModelClients:
     ) -> HTTPAnswer:
         """POST ``body`` to ``url`` through this run's client for its endpoint; an answer for
         any status, :class:`~osmo_run.sdk.model_http.TransportError` when none came."""
+        if self.transport is not None:
+            if self._closed:
+                raise RuntimeError("the run's model clients are closed: the run has ended")
+            return await self.transport.post(url, body, headers, timeout_sec)
         poster = self.shared(
             ("post", *endpoint_key(url)),
             lambda: self._poster(url),

@@ -48,10 +48,27 @@ class TransportError(Exception):
         self.retryable = retryable
 
 
-class Poster(Protocol):
+class ModelTransport(Protocol):
+    """What answers a run's model calls in place of the network: given to
+    :class:`~osmo_run.sdk.model_clients.ModelClients` (``transport=``), it answers every
+    call of the run's rows, :func:`osmo_run.sdk.llm.chat_completion`'s and the agent
+    integrations' alike, as ``httpx.MockTransport`` does under an ``httpx`` client
+    (:class:`osmo_run.testing.MockModel` is one). The per-call retries, deadlines and usage
+    accounting above it are the run's own.
+
+    :meth:`post` returns an :class:`HTTPAnswer` for any status (its ``headers`` should also
+    have ``items()``: the integrations copy them) or raises :class:`TransportError` when no
+    answer came. It is called on the run's event loop and must not block it. The transport
+    belongs to whoever made it: the run never closes it.
+    """
+
     async def post(
         self, url: str, body: bytes, headers: dict[str, str], timeout_sec: float
     ) -> HTTPAnswer: ...
+
+
+class Poster(ModelTransport, Protocol):
+    """A transport the run owns (one per endpoint) and closes when it ends."""
 
     async def aclose(self) -> None: ...
 

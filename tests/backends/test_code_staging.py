@@ -15,8 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from osmo_run.backends.harbor.runtime import stage_user_code
-from osmo_run.errors import InputError
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor.runtime import stage_user_code  # noqa: E402
+from osmo_run.errors import InputError  # noqa: E402
 
 DIRS = ["pkg", "env", "build", "dist", "venv", ".ssh", ".aws", ".config", "runs", "sub"]
 FILES = [

@@ -8,20 +8,22 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("harbor")
+from tests.conftest import require_extra
 
-from osmo_run.backends.harbor.requirements import (
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor.requirements import (  # noqa: E402
     RequirementOptions,
     collect_requirements,
 )
-from osmo_run.backends.harbor.wheelhouse import (
+from osmo_run.backends.harbor.wheelhouse import (  # noqa: E402
     TargetPython,
     pip_problem,
     platform_tags,
 )
-from osmo_run.errors import RequirementsError
-from osmo_run.run.spec import RunSpec
-from tests.conftest import CLI, error_lines
+from osmo_run.errors import RequirementsError  # noqa: E402
+from osmo_run.run.spec import RunSpec  # noqa: E402
+from tests.conftest import CLI, error_lines  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from osmo_run.sdk.names import safe_name
-from tests.conftest import CLI, error_lines, read_jsonl
+from tests.conftest import CLI, error_lines, parquet_modules, read_jsonl
 
 RUN = ("--workflow", "tests.workflows:EchoWorkflow")
 Make = Callable[[Path], tuple[Path, tuple[str, ...]]]
@@ -28,10 +26,27 @@ def _file(name: str, data: str | bytes) -> Make:
     return make
 
 
-def _parquet(name: str, rows: list[dict[str, object]], schema: pa.Schema | None = None) -> Make:
+def _not_parquet(data: str | bytes) -> Make:
+    """``d.parquet`` holding ``data``: pyarrow is what says it is not Parquet."""
+    write = _file("d.parquet", data)
+
     def make(base: Path) -> tuple[Path, tuple[str, ...]]:
+        parquet_modules()
+        return write(base)
+
+    return make
+
+
+def _parquet(name: str, rows: list[dict[str, object]], columns: tuple[str, ...] = ()) -> Make:
+    """Rows as a Parquet file; with no rows, ``columns`` (strings) make its schema."""
+
+    def make(base: Path) -> tuple[Path, tuple[str, ...]]:
+        pa, pq = parquet_modules()  # a case that writes Parquet skips without the extra
         path = base / name
-        table = schema.empty_table() if schema is not None else pa.Table.from_pylist(rows)
+        if columns and not rows:
+            table = pa.schema([(column, pa.string()) for column in columns]).empty_table()
+        else:
+            table = pa.Table.from_pylist(rows)
         pq.write_table(table, path)
         return path, ()
 
@@ -51,11 +66,11 @@ def _mapped(name: str, data: str, mapping: str) -> Make:
 
 CLASH = safe_name("a/b")
 WHOLE_FILE: list[tuple[str, Make, str]] = [
-    ("parquet-not-parquet", _file("d.parquet", "id,prompt\na,x\n"), ": not a Parquet file ("),
-    ("parquet-empty-file", _file("d.parquet", b""), ": not a Parquet file ("),
+    ("parquet-not-parquet", _not_parquet("id,prompt\na,x\n"), ": not a Parquet file ("),
+    ("parquet-empty-file", _not_parquet(b""), ": not a Parquet file ("),
     (
         "parquet-no-rows",
-        _parquet("d.parquet", [], pa.schema([("prompt", pa.string())])),
+        _parquet("d.parquet", [], columns=("prompt",)),
         ": the dataset has no rows",
     ),
     (

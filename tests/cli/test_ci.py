@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,9 @@ from tests.conftest import (
     CLI,
     OSMO_RUN,
     REPO,
+    SCRIPTED,
     Row,
+    WriteJsonl,
     cli_env,
     error_lines,
     jsonl_bytes,
@@ -32,8 +33,6 @@ from tests.conftest import (
     run_on_a_terminal,
 )
 
-WriteJsonl = Callable[..., Path]
-SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
 REWARDED = (*SCRIPTED, "--grader", "tests.workflows:MetadataGrader")
 
 # Mean reward over all rows 0.375 (the timeout counts 0), pass rate 1/4 (threshold 1.0),
@@ -309,10 +308,8 @@ def test_run_appends_markdown_to_the_step_summary(reported_run: dict[str, Any]) 
 
 @pytest.mark.parametrize("where", ["--junit-xml", "--summary-md", "GITHUB_STEP_SUMMARY", "-o"])
 def test_an_unwritable_report_path_is_refused_before_any_row_runs(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, where: str
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path, where: str
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     blocker = tmp_path / "FILE"  # a regular file where a directory would have to be
     blocker.write_text("", encoding="utf-8")
     target = blocker / "report.out"
@@ -539,10 +536,8 @@ def test_smoke_caps_timeouts_at_60_seconds(
 
 
 def test_fail_fast_starts_no_row_after_the_first_failure(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     rows: list[Row] = [
         {"id": "first", "prompt": "hi", "metadata": {"calls": str(calls), "raise": "ValueError"}},
         *({"id": f"later{i}", "prompt": "hi", "metadata": {"calls": str(calls)}} for i in range(4)),

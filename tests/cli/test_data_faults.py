@@ -10,11 +10,9 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import CLI, REPO, error_lines, read_jsonl
+from tests.conftest import CLI, REPO, error_lines, parquet_modules, read_jsonl
 
 RUN = ("--workflow", "tests.workflows:EchoWorkflow", "--grader", "tests.workflows:LabelGrader")
 
@@ -131,6 +129,7 @@ def test_report_refuses_to_merge_shards_that_share_a_row(cli: CLI, tmp_path: Pat
 
 
 def test_a_parquet_file_naming_a_column_twice_is_refused_like_csv(cli: CLI, tmp_path: Path) -> None:
+    pa, pq = parquet_modules()
     path = tmp_path / "d.parquet"
     table = pa.Table.from_arrays(
         [pa.array(["a", "b"]), pa.array(["x", "y"]), pa.array(["a", "b"])],
@@ -160,6 +159,7 @@ def _spec(base: Path) -> Path:
 def test_a_parquet_uuid_column_reaches_the_workflow_as_text(
     cli: CLI, tmp_path: Path, isolation: str
 ) -> None:
+    pa, pq = parquet_modules()
     values = [uuid.UUID(int=1), uuid.UUID("12345678-1234-5678-1234-567812345678")]
     path = tmp_path / "d.parquet"
     column = pa.array([v.bytes for v in values], pa.uuid())
@@ -212,6 +212,7 @@ def test_validate_refuses_a_malformed_csv_header_in_one_line_like_local(
 def test_an_extension_column_stored_as_bytes_is_refused_like_a_binary_one(
     cli: CLI, tmp_path: Path
 ) -> None:
+    pa, pq = parquet_modules()
     blob = pa.ExtensionArray.from_storage(
         pa.opaque(pa.binary(), "blob", "vendor"), pa.array([b"\x00\xff", b"x"])
     )
@@ -264,6 +265,7 @@ def test_a_csv_messages_cell_nested_too_deeply_is_a_bad_row(cli: CLI, tmp_path: 
 def _claiming_rows(path: Path, claimed: int) -> None:
     """A one-row Parquet file whose footer claims ``claimed`` rows (thrift compact: field
     3, ``num_rows``, an i64 as a zigzag varint right after its header byte 0x16)."""
+    pa, pq = parquet_modules()
     pq.write_table(pa.table({"id": ["q1"], "prompt": ["a"]}), path)
     data = path.read_bytes()
     size = int.from_bytes(data[-8:-4], "little")

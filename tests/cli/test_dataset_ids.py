@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from junitparser import JUnitXml
 
 from osmo_run.sdk.names import safe_name
-from tests.conftest import CLI, error_lines, read_jsonl
+from tests.conftest import CLI, WriteJsonl, error_lines, read_jsonl
 
-WriteJsonl = Callable[..., Path]
 ARTIFACTS = ("--workflow", "tests.workflows:ArtifactWorkflow")
 ARTIFACTS += ("--grader", "tests.workflows:ArtifactGrader")
 

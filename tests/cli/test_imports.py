@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import CLI, cli_env
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import CLI, WriteJsonl, cli_env
 
 # Loaded at start-up from PYTHONPATH: writes every module the process holds when it ends.
 # The CLI leaves through os._exit (no atexit), and import_module escapes -X importtime.

@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import OSMO_RUN, REPO, cli_env
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import OSMO_RUN, REPO, WriteJsonl, cli_env
 
 
 class Run:

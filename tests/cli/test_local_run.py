@@ -6,7 +6,6 @@ import json
 import re
 import stat
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,15 @@ from tests.conftest import (
     CLI,
     OSMO_RUN,
     REPO,
+    SCRIPTED,
+    SCRIPTED_GRADED,
     Row,
+    WriteJsonl,
     cli_env,
     error_lines,
     read_jsonl,
     run_on_a_terminal,
 )
-
-WriteJsonl = Callable[..., Path]
-SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
-GRADED = (*SCRIPTED, "--grader", "tests.workflows:ScriptedGrader")
 
 MIXED: list[Row] = [
     {"id": "right", "prompt": "hi", "label": "hi"},
@@ -40,7 +38,7 @@ MIXED: list[Row] = [
 
 def test_all_rows_succeeding_exits_0(cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path) -> None:
     data = write_jsonl([{"prompt": "hi", "label": "hi"}] * 3)
-    proc = cli.local(data, *GRADED, "-o", tmp_path / "out.jsonl")
+    proc = cli.local(data, *SCRIPTED_GRADED, "-o", tmp_path / "out.jsonl")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "Run summary" in proc.stdout
@@ -51,7 +49,7 @@ def test_some_rows_failing_exits_1_with_matching_output_and_summary(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
 ) -> None:
     output = tmp_path / "out" / "results.jsonl"
-    proc = cli.local(write_jsonl(MIXED), *GRADED, "--agent-timeout", "0.3", "-o", output)
+    proc = cli.local(write_jsonl(MIXED), *SCRIPTED_GRADED, "--agent-timeout", "0.3", "-o", output)
     assert proc.returncode == 1, proc.stderr
     lines = read_jsonl(output)
     assert len(lines) == len(MIXED)
@@ -248,7 +246,7 @@ def test_output_without_a_terminal_has_no_control_codes(
 ) -> None:
     data = write_jsonl(MIXED[:4])
     env = cli_env(TERM="xterm-256color")
-    proc = cli.local(data, *GRADED, *display, "-o", tmp_path / "out.jsonl", env=env)
+    proc = cli.local(data, *SCRIPTED_GRADED, *display, "-o", tmp_path / "out.jsonl", env=env)
     assert proc.returncode == 1
     assert "FAILURE row zero [agent_error, workflow]: ZeroDivisionError" in proc.stdout
     assert "Run summary" in proc.stdout
@@ -260,7 +258,7 @@ def test_plain_display_has_no_control_codes_on_a_terminal_either(
 ) -> None:
     """CI runners often give a pseudo-terminal; --display plain must still be plain."""
     data = write_jsonl(MIXED[:4])
-    args = [str(OSMO_RUN), "local", str(data), "--code-dir", str(REPO), *GRADED]
+    args = [str(OSMO_RUN), "local", str(data), "--code-dir", str(REPO), *SCRIPTED_GRADED]
     args += ["--display", "plain", "-o", str(tmp_path / "out.jsonl")]
     code, shown = run_on_a_terminal(args, tmp_path, cli_env(TERM="xterm-256color"))
     assert code == 1

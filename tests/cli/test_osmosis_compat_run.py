@@ -5,15 +5,13 @@ rows that have only metadata."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from junitparser import JUnitXml, Skipped
 
 from osmo_run.sdk.types import SAMPLE_REMOVED
-from tests.conftest import CLI, read_jsonl
+from tests.conftest import CLI, WriteJsonl, read_jsonl
 
-WriteJsonl = Callable[..., Path]
 COMPAT = (
     "--workflow",
     "tests.compat_workflows:CompatWorkflow",

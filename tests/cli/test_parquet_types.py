@@ -9,11 +9,12 @@ import datetime
 from decimal import Decimal
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import CLI, error_lines, read_jsonl
+from tests.conftest import CLI, error_lines, read_jsonl, require_extra
+
+pa = require_extra("pyarrow", "parquet")
+pq = require_extra("pyarrow.parquet", "parquet")
 
 RUN = ("--workflow", "tests.workflows:MetadataEchoWorkflow")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,17 @@ import yaml
 
 from osmo_run.run.records import OutputRecord
 from osmo_run.run.report import LoadedRun, summarize
-from tests.conftest import CLI, REPO, call_counts, cli_env, error_lines, read_jsonl
+from tests.conftest import (
+    CLI,
+    COUNTING_GRADED,
+    REPO,
+    WriteJsonl,
+    call_counts,
+    cli_env,
+    error_lines,
+    read_jsonl,
+)
 
-WriteJsonl = Callable[..., Path]
-COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
-GRADED = (*COUNTING, "--grader", "tests.workflows:ScriptedGrader")
 # what a summary says about results; durations and paths differ between runs
 RESULT_KEYS = (
     "total",
@@ -56,18 +61,11 @@ def _mixed_rows(calls: Path) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.fixture
-def calls(tmp_path: Path) -> Path:
-    path = tmp_path / "calls"
-    path.mkdir()
-    return path
-
-
 def test_report_on_a_finished_run_matches_its_summary(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
     data = write_jsonl(_mixed_rows(calls))
-    run = cli.local(data, *GRADED, "--display", "none")
+    run = cli.local(data, *COUNTING_GRADED, "--display", "none")
     assert run.returncode == 1, run.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     saved = json.loads((run_dir / "results.summary.json").read_text())
@@ -92,7 +90,7 @@ def test_report_on_a_crashed_run_shows_what_is_there_and_what_is_missing(
 ) -> None:
     data = write_jsonl(_mixed_rows(calls))
     output = tmp_path / "out.jsonl"
-    assert cli.local(data, *GRADED, "-c", "1", "-o", output).returncode == 1
+    assert cli.local(data, *COUNTING_GRADED, "-c", "1", "-o", output).returncode == 1
     # as a crash leaves it: four rows written, a fifth cut short, no summary
     lines = output.read_text().splitlines(keepends=True)
     output.write_text("".join(lines[:4]) + lines[4][:40])
@@ -113,7 +111,7 @@ def test_report_names_unreadable_lines_with_their_numbers(
 ) -> None:
     data = write_jsonl(_mixed_rows(calls))
     output = tmp_path / "out.jsonl"
-    assert cli.local(data, *GRADED, "-c", "1", "-o", output).returncode == 1
+    assert cli.local(data, *COUNTING_GRADED, "-c", "1", "-o", output).returncode == 1
     lines = output.read_text().splitlines(keepends=True)
     lines[2] = "garbage, not JSON\n"  # line 3
     lines[4] = '{"note": "not a result"}\n'  # line 5
@@ -137,12 +135,12 @@ def test_resume_refuses_a_results_file_with_a_garbage_line_and_changes_nothing(
 ) -> None:
     data = write_jsonl(_mixed_rows(calls))
     output = tmp_path / "out.jsonl"
-    assert cli.local(data, *GRADED, "-o", output).returncode == 1
+    assert cli.local(data, *COUNTING_GRADED, "-o", output).returncode == 1
     lines = output.read_text().splitlines(keepends=True)
     lines[1] = "garbage\n"
     output.write_text("".join(lines))
     before = output.read_bytes()
-    proc = cli.local(data, *GRADED, "-o", output, "--resume")
+    proc = cli.local(data, *COUNTING_GRADED, "-o", output, "--resume")
     assert proc.returncode == 2
     assert error_lines(proc.stderr) == [
         f"error: {output}:2: not a result record (not valid JSON); remove the line (its "
@@ -231,8 +229,8 @@ def test_compare_counts_rows_found_in_one_run_only(
 ) -> None:
     data = write_jsonl(_mixed_rows(calls))
     run_a, run_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert cli.local(data, *GRADED, "-o", run_a).returncode == 1
-    assert cli.local(data, *GRADED, "--limit", "4", "-o", run_b).returncode == 1
+    assert cli.local(data, *COUNTING_GRADED, "-o", run_a).returncode == 1
+    assert cli.local(data, *COUNTING_GRADED, "--limit", "4", "-o", run_b).returncode == 1
     proc = cli("report", run_a, run_b)
     assert proc.returncode == 0, proc.stderr
     assert "4 in both · 2 only in A · 0 only in B" in proc.stdout
@@ -359,7 +357,7 @@ def test_regrade_refuses_when_the_dataset_changed(
 ) -> None:
     rows = _mixed_rows(calls)
     data = write_jsonl(rows)
-    assert cli.local(data, *GRADED).returncode == 1
+    assert cli.local(data, *COUNTING_GRADED).returncode == 1
     (run_dir,) = (tmp_path / "runs").iterdir()
     rows[0]["label"] = "a different label"
     write_jsonl(rows)
@@ -378,7 +376,10 @@ def test_regrade_works_from_another_directory_and_next_to_a_custom_output(
     write_jsonl(_mixed_rows(calls))
     # a relative dataset path and a results file of its own name in the working directory
     assert (
-        cli("local", "data.jsonl", "--code-dir", REPO, *GRADED, "-o", "out.jsonl").returncode == 1
+        cli(
+            "local", "data.jsonl", "--code-dir", REPO, *COUNTING_GRADED, "-o", "out.jsonl"
+        ).returncode
+        == 1
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -389,7 +390,7 @@ def test_regrade_works_from_another_directory_and_next_to_a_custom_output(
     assert len(read_jsonl(regraded / "results.jsonl")) == 6
     assert not list(tmp_path.parent.glob(f"{tmp_path.name}-regrade-*")), "stays in its directory"
     # and a second run in the same directory gets a regrade directory of its own
-    assert cli.local(tmp_path / "data.jsonl", *GRADED, "-o", "other.jsonl").returncode == 1
+    assert cli.local(tmp_path / "data.jsonl", *COUNTING_GRADED, "-o", "other.jsonl").returncode == 1
     assert cli("regrade", "other.jsonl").returncode == 1
     assert len(list(tmp_path.glob("other-regrade-*"))) == 1
 
@@ -552,7 +553,7 @@ def test_a_bad_shard_is_refused_before_anything_runs(
     cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path, shard: str
 ) -> None:
     data = write_jsonl(_shard_rows(calls))
-    proc = cli.local(data, *GRADED, "--shard", shard)
+    proc = cli.local(data, *COUNTING_GRADED, "--shard", shard)
     assert proc.returncode == 2
     (line,) = error_lines(proc.stderr)
     assert line.startswith("error: command line: field 'shard': ")

@@ -17,11 +17,18 @@ import pytest
 
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, OSMO_RUN, REPO, call_counts, cli_env, error_lines, read_jsonl
-
-WriteJsonl = Callable[..., Path]
-COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
-GRADED = (*COUNTING, "--grader", "tests.workflows:ScriptedGrader")
+from tests.conftest import (
+    CLI,
+    COUNTING,
+    COUNTING_GRADED,
+    OSMO_RUN,
+    REPO,
+    WriteJsonl,
+    call_counts,
+    cli_env,
+    error_lines,
+    read_jsonl,
+)
 
 
 def _lines(path: Path) -> int:
@@ -60,10 +67,8 @@ def _one_line_per_rollout(records: list[dict[str, Any]]) -> dict[str, dict[str, 
 
 
 def test_sigkill_mid_run_then_resume_records_every_row_exactly_once(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     failing = {f"r{i:02d}" for i in (7, 17, 27, 37)}
     rows = []
     for i in range(40):
@@ -73,7 +78,7 @@ def test_sigkill_mid_run_then_resume_records_every_row_exactly_once(
         rows.append({"id": f"r{i:02d}", "prompt": "hi", "label": "hi", "metadata": meta})
     data = write_jsonl(rows)
     output = tmp_path / "run" / "results.jsonl"
-    args = (data, *GRADED, "-c", "4", "--display", "plain", "-o", output)
+    args = (data, *COUNTING_GRADED, "-c", "4", "--display", "plain", "-o", output)
 
     proc = _start(tmp_path, *args)
     _wait_until(proc, lambda: _lines(output) >= 10, timeout=30)
@@ -116,10 +121,8 @@ def test_sigkill_mid_run_then_resume_records_every_row_exactly_once(
 
 
 def test_ctrl_c_then_resume_reruns_the_cancelled_rows_once(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     rows = [
         {"id": f"fast-{i}", "prompt": "hi", "label": "hi", "metadata": {"calls": str(calls)}}
         for i in range(3)
@@ -135,7 +138,7 @@ def test_ctrl_c_then_resume_reruns_the_cancelled_rows_once(
     ]
     data = write_jsonl(rows)
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "-c", "6", "--display", "plain", "-o", output)
+    args = (data, *COUNTING_GRADED, "-c", "6", "--display", "plain", "-o", output)
     proc = _start(tmp_path, *args)
     _wait_until(proc, lambda: _lines(output) >= 3 and len(list(calls.iterdir())) == 6, 30)
     proc.send_signal(signal.SIGINT)
@@ -196,11 +199,10 @@ def test_resume_refuses_a_change_that_defines_the_results_with_its_diff(
     cli: CLI,
     write_jsonl: WriteJsonl,
     tmp_path: Path,
+    calls: Path,
     change: tuple[str, ...],
     expected: list[str],
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
     output = tmp_path / "out.jsonl"
     base = (data, *COUNTING, "--grader", "tests.workflows:ScriptedGrader", "-o", output)
@@ -224,16 +226,14 @@ def test_resume_refuses_a_change_that_defines_the_results_with_its_diff(
 
 
 def test_resume_refuses_a_changed_dataset(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     rows = _quick_rows(calls)
     output = tmp_path / "out.jsonl"
-    assert cli.local(write_jsonl(rows), *GRADED, "-o", output).returncode == 0
+    assert cli.local(write_jsonl(rows), *COUNTING_GRADED, "-o", output).returncode == 0
     _crash_after(output, 2)
     rows[3]["label"] = "changed"
-    proc = cli.local(write_jsonl(rows), *GRADED, "-o", output, "--resume")
+    proc = cli.local(write_jsonl(rows), *COUNTING_GRADED, "-o", output, "--resume")
     assert proc.returncode == 2
     changed = [line for line in error_lines(proc.stderr) if line.startswith("error:   ")]
     assert len(changed) == 1
@@ -242,18 +242,18 @@ def test_resume_refuses_a_changed_dataset(
 
 
 def test_resume_without_a_matching_run_starts_one_and_names_what_differs_from_the_latest(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
     """--resume is the one command a requeued job repeats: with no run of these settings
     it starts one (a sweep's next setting included), saying how it differs from the
     latest run of the dataset, which it leaves alone."""
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
-    assert cli.local(data, *GRADED).returncode == 0
+    assert cli.local(data, *COUNTING_GRADED).returncode == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
     before = (run_dir / "results.jsonl").read_text()
-    proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume", "--display", "plain")
+    proc = cli.local(
+        data, *COUNTING_GRADED, "--agent-timeout", "9", "--resume", "--display", "plain"
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "--resume: no run with these settings at runs/data-" in proc.stdout
@@ -267,19 +267,17 @@ def test_resume_without_a_matching_run_starts_one_and_names_what_differs_from_th
 
 
 def test_resume_accepts_changes_that_do_not_define_the_results(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls, 6))
-    assert cli.local(data, *GRADED, "-c", "4").returncode == 0
+    assert cli.local(data, *COUNTING_GRADED, "-c", "4").returncode == 0
     (results,) = (tmp_path / "runs").glob("*/results.jsonl")
     _crash_after(results, 2)
     # the same data under another name and place, other concurrency and display
     moved = tmp_path / "elsewhere" / "data.jsonl"
     moved.parent.mkdir()
     shutil.copy(data, moved)
-    proc = cli.local(moved, *GRADED, "-c", "1", "--display", "none", "--resume")
+    proc = cli.local(moved, *COUNTING_GRADED, "-c", "1", "--display", "none", "--resume")
     assert proc.returncode == 0, proc.stderr
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [results.parent.name]
     records = _one_line_per_rollout(read_jsonl(results))
@@ -292,15 +290,13 @@ def test_resume_accepts_changes_that_do_not_define_the_results(
 
 
 def test_rerunning_an_existing_run_without_a_flag_is_refused(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
-    assert cli.local(data, *GRADED).returncode == 0
+    assert cli.local(data, *COUNTING_GRADED).returncode == 0
     (results,) = (tmp_path / "runs").glob("*/results.jsonl")
     before = results.read_text()
-    proc = cli.local(data, *GRADED)
+    proc = cli.local(data, *COUNTING_GRADED)
     assert proc.returncode == 2
     (line,) = error_lines(proc.stderr)
     assert line.startswith(f"error: {results.relative_to(tmp_path)}: already holds results")
@@ -308,17 +304,15 @@ def test_rerunning_an_existing_run_without_a_flag_is_refused(
         assert flag in line
     assert results.read_text() == before
     assert sum(call_counts(calls).values()) == 4
-    proc = cli.local(data, *GRADED, "--overwrite")
+    proc = cli.local(data, *COUNTING_GRADED, "--overwrite")
     assert proc.returncode == 0, proc.stderr
     assert len(read_jsonl(results)) == 4
     assert sum(call_counts(calls).values()) == 8
 
 
 def test_the_same_resume_command_starts_a_run_then_continues_it(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
     output = tmp_path / "out.jsonl"
     first = cli.local(data, *COUNTING, "-o", output, "--resume", "--display", "plain")
@@ -343,10 +337,8 @@ def test_retry_errors_without_a_run_to_retry_is_refused(
 
 @pytest.mark.parametrize("flag", ["--resume", "--retry-errors"])
 def test_continuing_and_overwriting_at_once_is_refused_and_deletes_nothing(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, flag: str
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path, flag: str
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
     output = tmp_path / "out.jsonl"
     assert cli.local(data, *COUNTING, "-o", output).returncode == 0
@@ -361,11 +353,8 @@ def test_continuing_and_overwriting_at_once_is_refused_and_deletes_nothing(
 
 
 def test_retry_errors_reruns_only_failed_rows_of_the_named_categories(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
-
     def row(row_id: str, fail_with: str | None = None) -> dict[str, Any]:
         meta: dict[str, Any] = {"calls": str(calls)}
         if fail_with:
@@ -382,7 +371,7 @@ def test_retry_errors_reruns_only_failed_rows_of_the_named_categories(
         ]
     )
     output = tmp_path / "out.jsonl"
-    base = (data, *GRADED, "-o", output)
+    base = (data, *COUNTING_GRADED, "-o", output)
     assert cli.local(*base).returncode == 1
     first = {r["row_id"]: r for r in read_jsonl(output)}
     assert {k: v["error_category"] for k, v in first.items() if v["error_category"]} == {
@@ -460,13 +449,11 @@ def test_retry_errors_with_an_unknown_category_is_refused(
 
 
 def test_resume_with_samples_runs_each_missing_sample_once(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls, 3))
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "--samples", "3", "-c", "1", "-o", output)
+    args = (data, *COUNTING_GRADED, "--samples", "3", "-c", "1", "-o", output)
     assert cli.local(*args).returncode == 0
     kept = read_jsonl(output)[:4]
     _crash_after(output, 4)
@@ -483,15 +470,13 @@ def test_resume_with_samples_runs_each_missing_sample_once(
 
 
 def test_resume_and_retry_errors_together_run_the_missing_and_the_failed_rows(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     rows = _quick_rows(calls, 5)
     rows[0]["metadata"].update(fail_first=1, fail_with="RuntimeError")
     data = write_jsonl(rows)
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "-c", "1", "-o", output)
+    args = (data, *COUNTING_GRADED, "-c", "1", "-o", output)
     assert cli.local(*args).returncode == 1
     _crash_after(output, 3)  # q0 (failed), q1, q2 kept; q3, q4 never finished
     proc = cli.local(*args, "--resume", "--retry-errors")
@@ -504,15 +489,13 @@ def test_resume_and_retry_errors_together_run_the_missing_and_the_failed_rows(
 
 
 def test_retry_errors_alone_does_not_run_rows_that_never_finished_and_says_so(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     rows = _quick_rows(calls, 4)
     rows[0]["metadata"].update(fail_first=1, fail_with="RuntimeError")
     data = write_jsonl(rows)
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "-c", "1", "-o", output)
+    args = (data, *COUNTING_GRADED, "-c", "1", "-o", output)
     assert cli.local(*args).returncode == 1
     _crash_after(output, 2)
     proc = cli.local(*args, "--retry-errors")
@@ -535,12 +518,10 @@ NOT_RUN = (
 
 
 def test_retry_errors_after_the_breaker_tripped_is_judged_on_every_row(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
     """The breaker stops a run of 20 rows after 3; --retry-errors then reruns the 3 (now
     passing) and must not pass the gates on those 3 alone."""
-    calls = tmp_path / "calls"
-    calls.mkdir()
     rows = _quick_rows(calls, 20)
     for row in rows[:3]:  # the endpoint is down for the first three, then comes back
         row["metadata"].update(fail_first=1, fail_with="APIConnectionError")
@@ -550,7 +531,7 @@ def test_retry_errors_after_the_breaker_tripped_is_judged_on_every_row(
         "workflow: tests.workflows:CountingWorkflow\nbreaker: 3\nretries:\n  max_attempts: 1\n"
     )
     output = tmp_path / "run" / "results.jsonl"
-    args = (data, "--spec", spec, *GRADED, "-c", "1", "-o", output)
+    args = (data, "--spec", spec, *COUNTING_GRADED, "-c", "1", "-o", output)
     first = cli.local(*args)
     assert first.returncode == 5, first.stdout + first.stderr
     assert len(read_jsonl(output)) == 3
@@ -577,15 +558,15 @@ def test_retry_errors_after_the_breaker_tripped_is_judged_on_every_row(
 
 
 def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls))
-    assert cli.local(data, *GRADED).returncode == 0
+    assert cli.local(data, *COUNTING_GRADED).returncode == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert cli("regrade", run_dir, "--grader", "tests.workflows:LabelGrader").returncode == 0
-    proc = cli.local(data, *GRADED, "--agent-timeout", "9", "--resume", "--display", "plain")
+    proc = cli.local(
+        data, *COUNTING_GRADED, "--agent-timeout", "9", "--resume", "--display", "plain"
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"the latest run of this dataset, runs/{run_dir.name}, differs" in proc.stdout
     changes = [line for line in proc.stdout.splitlines() if line.startswith("  ") and "->" in line]
@@ -593,12 +574,10 @@ def test_the_hint_for_a_resume_never_points_at_a_regraded_run(
 
 
 def test_a_row_rerun_by_retry_errors_carries_its_earlier_failures_like_an_in_run_retry(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
     """In-run retries record ``attempt: 2`` and the failed try in ``attempts``; a rerun by
     --retry-errors now records the same, continuing the count across invocations."""
-    calls = tmp_path / "calls"
-    calls.mkdir()
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         "workflow: tests.workflows:CountingWorkflow\n"
@@ -661,15 +640,13 @@ def test_overwrite_removes_the_old_runs_artifacts_and_nothing_else(
 @pytest.mark.parametrize("field", ["row_index", "sample_index"])
 @pytest.mark.parametrize("value", [10**12, -1, "7", None, 1.5])
 def test_a_record_placed_outside_the_run_is_refused_not_obeyed(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, field: str, value: object
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path, field: str, value: object
 ) -> None:
     """A hand-edited results line once made --resume allocate a bit per row up to its
     row_index (10**12: a 125 GB bytearray), or stop with an internal error."""
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls, 3))
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "-c", "1", "-o", output)
+    args = (data, *COUNTING_GRADED, "-c", "1", "-o", output)
     assert cli.local(*args).returncode == 0
     records = read_jsonl(output)
     records[1][field] = value
@@ -689,13 +666,11 @@ def test_a_record_placed_outside_the_run_is_refused_not_obeyed(
 
 
 def test_a_record_given_twice_is_refused_not_counted_twice(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls, 3))
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "-c", "1", "-o", output)
+    args = (data, *COUNTING_GRADED, "-c", "1", "-o", output)
     assert cli.local(*args).returncode == 0
     lines = output.read_text().splitlines(keepends=True)
     output.write_text("".join([*lines, lines[1]]))
@@ -706,13 +681,11 @@ def test_a_record_given_twice_is_refused_not_counted_twice(
 
 
 def test_a_shard_resumes_with_row_indexes_past_its_own_row_count(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_quick_rows(calls, 6))
     output = tmp_path / "out.jsonl"
-    args = (data, *GRADED, "-c", "1", "-o", output, "--shard", "2/2")
+    args = (data, *COUNTING_GRADED, "-c", "1", "-o", output, "--shard", "2/2")
     assert cli.local(*args).returncode == 0
     _crash_after(output, 2)
     proc = cli.local(*args, "--resume")

@@ -4,14 +4,10 @@ and working with ``--resume`` and ``--shard``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import CLI, error_lines, read_jsonl
-
-WriteJsonl = Callable[..., Path]
-COUNTING = ("--workflow", "tests.workflows:CountingWorkflow")
+from tests.conftest import CLI, COUNTING, WriteJsonl, error_lines, read_jsonl
 
 
 def _rows(calls: Path, n: int = 20) -> list[dict[str, Any]]:
@@ -32,10 +28,8 @@ def _calls(calls: Path) -> dict[str, int]:
 
 
 def test_rows_run_the_listed_indexes_and_are_recorded(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_rows(calls))
     output = tmp_path / "out.jsonl"
     proc = cli.local(data, *COUNTING, "--rows", "3,7,10-12", "-o", output)
@@ -46,10 +40,8 @@ def test_rows_run_the_listed_indexes_and_are_recorded(
 
 
 def test_shuffle_draws_the_same_rows_for_the_same_seed(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_rows(calls, 50))
     drawn = {}
     for name, seed in (("a", "7"), ("b", "7"), ("c", "8")):
@@ -85,10 +77,8 @@ def test_bad_rows_flag_is_refused_in_one_line(
 
 
 def test_a_selection_resumes_and_shards_split_it(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     data = write_jsonl(_rows(calls, 30))
     selection = ("--rows", "2-20", "--shuffle", "--seed", "3", "--limit", "8")
     whole = tmp_path / "whole" / "out.jsonl"

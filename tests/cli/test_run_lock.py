@@ -9,16 +9,20 @@ import socket
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, OSMO_RUN, REPO, cli_env, error_lines, read_jsonl
-
-WriteJsonl = Callable[..., Path]
-SCRIPTED = ("--workflow", "tests.workflows:ScriptedWorkflow")
-GRADED = (*SCRIPTED, "--grader", "tests.workflows:ScriptedGrader")
+from tests.conftest import (
+    CLI,
+    OSMO_RUN,
+    REPO,
+    SCRIPTED_GRADED,
+    WriteJsonl,
+    cli_env,
+    error_lines,
+    read_jsonl,
+)
 
 
 def _lines(path: Path) -> int:
@@ -62,7 +66,7 @@ def test_second_invocation_of_a_live_run_is_refused_naming_the_first(
 ) -> None:
     data = write_jsonl(_slow_rows(10, 0.5))
     output = tmp_path / "run" / "results.jsonl"
-    args = (data, *GRADED, "-c", "1", "--display", "plain", "-o", output)
+    args = (data, *SCRIPTED_GRADED, "-c", "1", "--display", "plain", "-o", output)
     first = _start_local(tmp_path, *args)
     try:
         _wait_for_lines(first, output, 1)
@@ -94,7 +98,7 @@ def test_lock_left_with_a_stale_record_is_taken_over(
     output.parent.mkdir()
     stale = {"pid": 999999, "host": "gone-node", "started": "2026-01-01T00:00:00+00:00"}
     output.with_name("results.jsonl.lock").write_text(json.dumps(stale))
-    done = cli.local(data, *GRADED, "--display", "plain", "-o", output)
+    done = cli.local(data, *SCRIPTED_GRADED, "--display", "plain", "-o", output)
     assert done.returncode == 0, done.stderr
     assert len(read_jsonl(output)) == 3
 
@@ -108,7 +112,7 @@ def test_regrade_into_a_live_regrade_is_refused(
     ]
     data = write_jsonl(rows)
     output = tmp_path / "run" / "results.jsonl"
-    done = cli.local(data, *GRADED, "-c", "4", "--display", "plain", "-o", output)
+    done = cli.local(data, *SCRIPTED_GRADED, "-c", "4", "--display", "plain", "-o", output)
     assert done.returncode == 0, done.stderr
     regraded = tmp_path / "regraded" / "results.jsonl"
     regrade = [str(OSMO_RUN), "regrade", str(output), "-o", str(regraded)]
@@ -138,7 +142,7 @@ def test_a_file_at_the_lock_path_is_never_overwritten(
     run_dir.mkdir()
     data = write_jsonl(_slow_rows(2, 0), name="run/results.jsonl.lock")
     before = data.read_bytes()
-    done = cli.local(data, *GRADED, "--display", "plain", "-o", run_dir / "results.jsonl")
+    done = cli.local(data, *SCRIPTED_GRADED, "--display", "plain", "-o", run_dir / "results.jsonl")
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = error_lines(done.stderr)
     assert "is not an osmo-run lock file" in line and "--output" in line, line
@@ -154,7 +158,7 @@ def test_a_symlink_at_the_lock_path_is_not_followed(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "results.jsonl.lock").symlink_to(precious)
-    done = cli.local(data, *GRADED, "--display", "plain", "-o", run_dir / "results.jsonl")
+    done = cli.local(data, *SCRIPTED_GRADED, "--display", "plain", "-o", run_dir / "results.jsonl")
     assert done.returncode == 2, done.stdout + done.stderr
     (line,) = error_lines(done.stderr)
     assert "lock file" in line, line
@@ -167,7 +171,7 @@ def test_results_named_like_a_lock_file_resume_safely(
     """``--output x.lock``: the lock is ``x.lock.lock``, never the results file."""
     data = write_jsonl(_slow_rows(3, 0))
     output = tmp_path / "x.lock"
-    assert cli.local(data, *GRADED, "--display", "plain", "-o", output).returncode == 0
-    done = cli.local(data, *GRADED, "--display", "plain", "-o", output, "--resume")
+    assert cli.local(data, *SCRIPTED_GRADED, "--display", "plain", "-o", output).returncode == 0
+    done = cli.local(data, *SCRIPTED_GRADED, "--display", "plain", "-o", output, "--resume")
     assert done.returncode == 0, done.stderr
     assert sorted(r["row_id"] for r in read_jsonl(output)) == ["r0", "r1", "r2"]

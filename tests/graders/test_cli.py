@@ -5,16 +5,14 @@ each grader's explanation."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, REPO, read_jsonl
+from tests.conftest import CLI, REPO, WriteJsonl, read_jsonl
 
-WriteJsonl = Callable[..., Path]
 WORKFLOW = "tests.graders.answer_workflows:AnswerWorkflow"
 
 

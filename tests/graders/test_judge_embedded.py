@@ -13,17 +13,15 @@ for the regrade from the spec's ``judge: embedded``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, REPO, read_jsonl
+from tests.conftest import CLI, REPO, WriteJsonl, read_jsonl
 from tests.llm.conftest import require_embedded
 
 pytestmark = pytest.mark.slow
-WriteJsonl = Callable[..., Path]
 
 
 def test_a_real_model_judges_a_real_models_answers(

@@ -10,17 +10,15 @@ reachable here); the HTTP client, the CLI, the runner and the files are the real
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, REPO, read_jsonl
+from tests.conftest import CLI, REPO, WriteJsonl, read_jsonl
 from tests.graders.conftest import ScriptedJudge
 
-WriteJsonl = Callable[..., Path]
 KEY_VAR = "OSMO_RUN_TEST_JUDGE_KEY"
 SECRET = "sk-judge-0123456789abcdef"
 

@@ -9,17 +9,15 @@ reachable here); the CLI, the files and the HTTP client are the real ones.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, REPO, read_jsonl
+from tests.conftest import CLI, REPO, WriteJsonl, read_jsonl
 from tests.graders.conftest import ScriptedJudge
 
-WriteJsonl = Callable[..., Path]
 KEY_VAR = "OSMO_RUN_TEST_REGRADE_JUDGE_KEY"
 SECRET = "sk-regrade-judge-55aa55aa"
 

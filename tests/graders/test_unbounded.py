@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 
 from osmo_run.run.records import OutputRecord
-from tests.conftest import OSMO_RUN, REPO, cli_env, read_jsonl
+from tests.conftest import OSMO_RUN, REPO, WriteJsonl, cli_env, read_jsonl
 
-WriteJsonl = Callable[..., Path]
 WORKFLOW = "tests.graders.answer_workflows:AnswerWorkflow"
 TAG_VAR = "OSMO_RUN_TEST_RUN_TAG"
 POWER_TOWER = "The answer is $\\boxed{9^{9^{9}}}$."

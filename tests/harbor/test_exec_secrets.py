@@ -7,7 +7,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from osmo_run.backends.harbor.environment import names_only
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor.environment import names_only  # noqa: E402
 
 NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True)
 VALUES = st.text(st.characters(blacklist_characters="\0"), max_size=80)

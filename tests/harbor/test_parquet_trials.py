@@ -8,11 +8,13 @@ import datetime
 from decimal import Decimal
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import require_extra
 from tests.harbor.conftest import harbor_spec, run_harbor
+
+pa = require_extra("pyarrow", "parquet")
+pq = require_extra("pyarrow.parquet", "parquet")
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

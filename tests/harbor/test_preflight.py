@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.backends.harbor import HarborBackend
-from osmo_run.sdk.config import AgentWorkflowConfig, ConcurrencyConfig
-from tests.harbor.conftest import (
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor import HarborBackend  # noqa: E402
+from osmo_run.sdk.config import AgentWorkflowConfig, ConcurrencyConfig  # noqa: E402
+from tests.harbor.conftest import (  # noqa: E402
     CALCULATOR_TASK,
     HERE,
     TASKS_ROOT,

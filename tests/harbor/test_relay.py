@@ -17,12 +17,16 @@ from typing import Any
 
 import pytest
 
-from osmo_run.backends.harbor import docker as docker_ops
-from osmo_run.backends.harbor.docker import gateway_of_bridge
-from osmo_run.backends.harbor.relay import is_loopback, reach_from_trials
-from osmo_run.errors import EnvironmentNotReady
-from osmo_run.sdk.context import LLMEndpoint
-from tests.harbor.conftest import FakeModel, harbor_spec, run_harbor
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor import docker as docker_ops  # noqa: E402
+from osmo_run.backends.harbor.docker import gateway_of_bridge  # noqa: E402
+from osmo_run.backends.harbor.relay import is_loopback, reach_from_trials  # noqa: E402
+from osmo_run.errors import EnvironmentNotReady  # noqa: E402
+from osmo_run.sdk.context import LLMEndpoint  # noqa: E402
+from tests.harbor.conftest import FakeModel, harbor_spec, run_harbor  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -13,10 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from osmo_run.backends.harbor.requirements import RequirementSet
-from osmo_run.backends.harbor.wheelhouse import TargetPython
-from osmo_run.errors import RequirementsError
-from tests.harbor.conftest import CALCULATOR_TASK, HERE, OSMO_RUN, cli_env, run_harbor, write_inputs
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor.requirements import RequirementSet  # noqa: E402
+from osmo_run.backends.harbor.wheelhouse import TargetPython  # noqa: E402
+from osmo_run.errors import RequirementsError  # noqa: E402
+from tests.harbor.conftest import CALCULATOR_TASK, HERE, OSMO_RUN, cli_env, run_harbor, write_inputs  # noqa: E402
 
 MARKED = ["pyyaml; python_version >= '3.12'", "six; python_version < '3.12'"]
 

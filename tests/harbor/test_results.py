@@ -12,13 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor.models.task.id import LocalTaskId
-from harbor.models.trial.config import TaskConfig, TrialConfig
-from harbor.models.trial.result import AgentInfo, ExceptionInfo, TimingInfo, TrialResult
-from harbor.models.verifier.result import VerifierResult
 
-from osmo_run.backends.harbor.results import trial_to_result
-from osmo_run.sdk.types import ErrorCategory, Phase, RolloutStatus
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from harbor.models.task.id import LocalTaskId  # noqa: E402
+from harbor.models.trial.config import TaskConfig, TrialConfig  # noqa: E402
+from harbor.models.trial.result import AgentInfo, ExceptionInfo, TimingInfo, TrialResult  # noqa: E402
+from harbor.models.verifier.result import VerifierResult  # noqa: E402
+
+from osmo_run.backends.harbor.results import trial_to_result  # noqa: E402
+from osmo_run.sdk.types import ErrorCategory, Phase, RolloutStatus  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

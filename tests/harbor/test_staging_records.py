@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.backends.harbor.cleanup import (
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor.cleanup import (  # noqa: E402
     STAGING_RECORD,
     record_staging,
     remove_staging,

@@ -12,15 +12,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from osmo_run.backends.harbor.docker import (
+from tests.conftest import require_extra
+
+require_extra("harbor", "harbor")
+
+from osmo_run.backends.harbor.docker import (  # noqa: E402
     DEFAULT_BUILD_TIMEOUT_SEC,
     build_failure,
     task_build_timeout,
 )
-from osmo_run.backends.harbor.preflight import check_task_dir, task_for_row
-from osmo_run.errors import InputError
-from tests.conftest import make_request
-from tests.harbor.conftest import CALCULATOR_TASK, TASKS_ROOT
+from osmo_run.backends.harbor.preflight import check_task_dir, task_for_row  # noqa: E402
+from osmo_run.errors import InputError  # noqa: E402
+from tests.conftest import make_request  # noqa: E402
+from tests.harbor.conftest import CALCULATOR_TASK, TASKS_ROOT  # noqa: E402
 
 ANY_CHAR = st.characters(codec=None, exclude_categories=())  # surrogates and controls too
 NAMES = st.one_of(

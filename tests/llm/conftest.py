@@ -8,7 +8,6 @@ need it are skipped, naming the install script; in CI (``CI`` set) they fail ins
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from osmo_run.errors import BackendUnavailable
 from osmo_run.llm.embedded import EmbeddedLLMServer, check_available
 from osmo_run.sdk.context import LLMEndpoint
+from tests.conftest import require_extra as require_extra  # one rule for every extra
 from tests.llm.stub_model import StubModel, serve
 
 
@@ -29,17 +29,6 @@ def require_embedded() -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI needs the embedded model: {exc}", pytrace=False)
         pytest.skip(f"{exc}")
-
-
-def require_extra(module: str, extra: str) -> None:
-    """Skip (fail in CI) unless ``module``, installed by the extra ``extra``, imports."""
-    try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        message = f"needs pip install 'osmo-run[{extra}]' ({exc})"
-        if os.environ.get("CI"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message, allow_module_level=True)
 
 
 @pytest.fixture(scope="session")

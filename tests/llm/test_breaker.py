@@ -13,17 +13,16 @@ from __future__ import annotations
 import json
 import socket
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from osmo_run.errors import ExitCode
-from tests.conftest import CLI, REPO, cli_env, error_lines, read_jsonl
+from tests.conftest import CLI, REPO, WriteJsonl, cli_env, error_lines, read_jsonl
 from tests.llm.stub_model import StubModel, serve
 
-WriteJsonl = Callable[..., Path]
 API_KEY = "sk-breaker-5f4e3d2c1b0a"
 ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1", "OSMO_TEST_LLM_KEY": API_KEY}
 CHAT = "tests.llm.llm_workflows:EndpointWorkflow"

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,10 @@ import pytest
 
 from osmo_run.llm.embedded import MODEL_NAME
 from osmo_run.run.records import OutputRecord
-from tests.conftest import CLI, OSMO_RUN, REPO, cli_env, read_jsonl
+from tests.conftest import CLI, OSMO_RUN, REPO, WriteJsonl, cli_env, read_jsonl
 from tests.llm.conftest import pid_alive, require_embedded
 
 pytestmark = pytest.mark.slow
-WriteJsonl = Callable[..., Path]
 
 
 def _server_pid(manifest: Path) -> int:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import CLI, REPO, cli_env, read_jsonl
+from tests.conftest import CLI, REPO, WriteJsonl, cli_env, read_jsonl
 from tests.llm.stub_model import StubModel
 
-WriteJsonl = Callable[..., Path]
 API_KEY = "sk-stub-9d8c7b6a5f4e"
 ENV = {"OSMO_TEST_LLM_KEY": API_KEY, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
 

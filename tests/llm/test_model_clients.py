@@ -30,11 +30,10 @@ from osmo_run.sdk.llm import chat_completion
 from osmo_run.sdk.model_clients import ModelClients, connection_budget
 from osmo_run.sdk.model_retry import CallRetries, CallRetryPolicy, retry_after_sec
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
-from tests.conftest import OSMO_RUN, REPO, cli_env, read_jsonl
+from tests.conftest import OSMO_RUN, REPO, WriteJsonl, cli_env, read_jsonl
 from tests.llm.conftest import require_extra
 from tests.llm.stub_model import StubModel
 
-WriteJsonl = Callable[..., Path]
 CONCURRENCY = 64
 
 

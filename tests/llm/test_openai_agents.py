@@ -205,3 +205,49 @@ def test_outside_a_rollout_or_without_an_endpoint_is_one_clear_error() -> None:
             rollout_model()
     finally:
         _current.reset(token)
+
+
+def test_a_mock_model_answers_the_agent_loop_through_the_runs_client() -> None:
+    """The SDK's own ``AsyncOpenAI`` client, the run's per-call retries under it, and no
+    socket: ``MockModel`` answers through the run's model clients."""
+    from osmo_run.testing import MockError, MockModel, MockToolCall, run_workflow_sync
+
+    model = MockModel(
+        [
+            MockError(429, retry_after=0),
+            MockToolCall("add", {"a": 17, "b": 25}, id="call_add_1"),
+            "The sum is 42.",
+        ]
+    )
+    result = run_workflow_sync(AddAgentWorkflow, QUESTION, model=model)
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.sample is not None
+    assert [m["role"] for m in result.sample.messages] == ["user", "assistant", "tool", "assistant"]
+    assert result.sample.messages[2]["content"] == "42.0"
+    assert [call.status for call in model.calls] == [429, 200, 200]
+    assert model.calls[1].tools[0]["function"]["name"] == "add"
+    assert result.usage is not None and result.usage.retried_calls == 1
+
+
+def test_a_dropped_connection_under_the_sdks_client_is_retried_by_the_run() -> None:
+    """A ``ModelTransport``'s ``TransportError`` reaches the SDK's client as a connection
+    error, which the run's per-call retries try again."""
+    from osmo_run.sdk.model_http import HTTPAnswer, TransportError
+    from osmo_run.testing import MockModel, MockToolCall, run_workflow_sync
+
+    model = MockModel([MockToolCall("add", {"a": 17, "b": 25}), "The sum is 42."])
+    drops: list[str] = []
+
+    class DropsFirst:
+        async def post(
+            self, url: str, body: bytes, headers: dict[str, str], timeout_sec: float
+        ) -> HTTPAnswer:
+            if not drops:
+                drops.append(url)
+                raise TransportError(f"cannot reach {url}: connection dropped", retryable=True)
+            return await model.post(url, body, headers, timeout_sec)
+
+    result = run_workflow_sync(AddAgentWorkflow, QUESTION, model=DropsFirst(), llm=model.endpoint)
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert len(drops) == 1 and model.call_count == 2
+    assert result.usage is not None and result.usage.retried_calls == 1

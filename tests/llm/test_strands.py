@@ -185,3 +185,20 @@ def test_agent_registers_itself_and_splits_the_chat_prompt() -> None:
         {"role": "user", "content": "hi"},
     ]
     assert sample.metrics["model_calls"] == 0
+
+
+def test_a_mock_model_answers_the_streamed_agent_loop_through_the_runs_client() -> None:
+    """Strands streams every call; ``MockModel`` answers with server-sent events through the
+    run's model clients, with no socket."""
+    from osmo_run.testing import MockModel, MockToolCall, run_workflow_sync
+
+    model = MockModel([MockToolCall("add", {"a": 17, "b": 25}), "The sum is 42."])
+    prompt = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+    result = run_workflow_sync(AddStrandsWorkflow, prompt, model=model)
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.sample is not None
+    tool_result, final = result.sample.messages[-2:]
+    assert tool_result["role"] == "tool" and tool_result["content"] == "42.0"
+    assert final == {"role": "assistant", "content": "The sum is 42."}
+    assert model.call_count == 2 and all(call.stream for call in model.calls)
+    assert result.sample.metrics["tool_calls"] == 1

@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from osmo_run.errors import DatasetError
 from osmo_run.run.columns import ColumnMap, column_map
 from osmo_run.run.dataset import Dataset
 from osmo_run.sdk.types import ExecutionRequest
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import WriteJsonl, parquet_modules
 
 
 def _requests(path: Path, columns: ColumnMap) -> list[ExecutionRequest]:
@@ -117,6 +113,7 @@ def test_a_csv_or_parquet_file_without_a_mapped_column_is_refused_before_any_row
         f"{csv_path}: the spec's dataset.label names column 'solution', which the file does "
         "not have; its columns are 'uid', 'question', 'answer'"
     )
+    pa, pq = parquet_modules()  # the CSV half above runs without the extra
     parquet_path = tmp_path / "data.parquet"
     pq.write_table(pa.Table.from_pylist([{"q": "a", "rm": {"truth": "b"}}]), parquet_path)
     message = _refused(parquet_path, column_map(None, prompt="question"))
@@ -139,6 +136,7 @@ def _verl_rows(n: int) -> list[dict[str, Any]]:
 
 
 def test_the_verl_preset_reads_verl_parquet_rows(tmp_path: Path) -> None:
+    pa, pq = parquet_modules()
     path = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist(_verl_rows(3)), path)
     requests = _requests(path, column_map("verl"))

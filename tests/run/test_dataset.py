@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ from hypothesis import strategies as st
 
 from osmo_run.errors import DatasetError
 from osmo_run.run.dataset import Dataset, DatasetRow
-from tests.conftest import Row, jsonl_bytes
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import Row, WriteJsonl, jsonl_bytes
 
 
 def _rows(path: Path, **kwargs: Any) -> list[DatasetRow]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import stat
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,8 @@ from osmo_run.run.display import NullDisplay
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.runner import Runner, WorkItem
 from osmo_run.testing import FakeBackend
-from tests.conftest import CLI, read_jsonl
+from tests.conftest import CLI, WriteJsonl, read_jsonl
 from tests.harbor.fake_daytona import BAD_GATEWAY_PAGE
-
-WriteJsonl = Callable[..., Path]
 
 
 def test_local_row_keeps_the_title_and_points_to_the_whole_page(

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from osmo_run.errors import DatasetError
 from osmo_run.run.dataset import Dataset, DatasetRow
 from osmo_run.run.readers import choose_format
+from tests.conftest import parquet_modules
 
 
 def _rows(path: Path, **kwargs: Any) -> list[DatasetRow]:
@@ -27,6 +26,7 @@ def _csv(tmp_path: Path, text: str | bytes, name: str = "data.csv") -> Path:
 def _parquet(
     tmp_path: Path, rows: list[dict[str, Any]], name: str = "data.parquet", **kw: Any
 ) -> Path:
+    pa, pq = parquet_modules()
     path = tmp_path / name
     pq.write_table(pa.Table.from_pylist(rows), path, **kw)
     return path
@@ -153,6 +153,7 @@ def test_parquet_rows_with_nested_columns_become_requests(tmp_path: Path) -> Non
         for i in range(2500)
     ]
     path = _parquet(tmp_path, rows, row_group_size=1000)  # three row groups
+    _, pq = parquet_modules()
     assert pq.ParquetFile(path).num_row_groups == 3
     read = _rows(path)
     assert len(read) == 2500 and all(r.error is None for r in read)
@@ -179,6 +180,7 @@ def test_a_parquet_column_of_the_wrong_type_is_refused_naming_it(tmp_path: Path)
 
 
 def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
+    parquet_modules()  # pyarrow is what says it is not Parquet
     path = tmp_path / "data.parquet"
     path.write_text('{"prompt": "I am JSONL"}\n')
     message = _refused(path)
@@ -188,6 +190,7 @@ def test_a_file_that_is_not_parquet_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_empty_parquet_file_is_refused(tmp_path: Path) -> None:
+    pa, pq = parquet_modules()
     empty = tmp_path / "empty.parquet"
     empty.write_bytes(b"")
     assert _refused(empty).startswith(f"{empty}: not a Parquet file (")

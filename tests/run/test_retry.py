@@ -9,7 +9,6 @@ import itertools
 import random
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +32,8 @@ from osmo_run.run.records import OutputRecord
 from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, RetryPolicy
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.spec import RetrySpec, RunSpec, load_spec
-from tests.conftest import CLI, jsonl_bytes, read_jsonl
+from tests.conftest import CLI, WriteJsonl, jsonl_bytes, read_jsonl
 from tests.workflows import CountingWorkflow
-
-WriteJsonl = Callable[..., Path]
 
 
 def test_default_policy_retries_transient_categories_only() -> None:
@@ -168,11 +165,8 @@ def _calls(calls: Path, rollout_id: str) -> list[float]:
 
 
 def test_retried_rows_record_each_attempt_and_wait_between_them(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
-
     def row(row_id: str, fail_first: int, fail_with: str) -> dict[str, object]:
         meta = {"calls": str(calls), "fail_first": fail_first, "fail_with": fail_with}
         return {"id": row_id, "prompt": "hi", "label": "hi", "metadata": meta}
@@ -232,10 +226,8 @@ def test_retried_rows_record_each_attempt_and_wait_between_them(
 
 
 def test_max_attempts_and_categories_come_from_the_spec(
-    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path
+    cli: CLI, write_jsonl: WriteJsonl, tmp_path: Path, calls: Path
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     meta = {"calls": str(calls), "fail_first": 99, "fail_with": "RateLimitError"}
     other = {"calls": str(calls), "fail_first": 1, "fail_with": "APIConnectionError"}
     data = write_jsonl(
@@ -280,9 +272,7 @@ def _run_in_process(
     return read_jsonl(output)
 
 
-def test_total_backoff_cap_stops_retries_once_spent(tmp_path: Path) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
+def test_total_backoff_cap_stops_retries_once_spent(tmp_path: Path, calls: Path) -> None:
     meta = {"calls": str(calls), "fail_first": 99, "fail_with": "RateLimitError"}
     policy = RetryPolicy(
         max_attempts=10,
@@ -299,9 +289,8 @@ def test_total_backoff_cap_stops_retries_once_spent(tmp_path: Path) -> None:
 
 def test_an_interrupt_while_waiting_to_retry_records_the_row_cancelled_with_its_attempts(
     tmp_path: Path,
+    calls: Path,
 ) -> None:
-    calls = tmp_path / "calls"
-    calls.mkdir()
     meta = {"calls": str(calls), "fail_first": 1, "fail_with": "RateLimitError"}
     policy = RetryPolicy(initial_backoff_sec=30.0, jitter=0.0)
     started = time.monotonic()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,7 @@ from osmo_run.errors import DatasetError
 from osmo_run.run.dataset import Dataset
 from osmo_run.run.plan import with_shuffle
 from osmo_run.run.selection import parse_rows, shuffled_pick
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import WriteJsonl
 
 
 def test_rows_parse_into_merged_inclusive_ranges() -> None:

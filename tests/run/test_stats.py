@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,9 +20,7 @@ from osmo_run.run.stats import (
     wilson_interval,
 )
 from osmo_run.run.summary import SummaryBuilder
-from tests.conftest import CLI, read_jsonl
-
-WriteJsonl = Callable[..., Path]
+from tests.conftest import CLI, WriteJsonl, read_jsonl
 
 
 @pytest.mark.parametrize(

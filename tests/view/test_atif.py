@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harbor.utils.traces_utils import extract_conversations_from_trajectory, iter_trial_dirs
-from harbor.utils.trajectory_validator import TrajectoryValidator
+from tests.conftest import require_extra
 
-from tests.view.conftest import MARKUP, Runs, osmo_run
+require_extra("harbor", "harbor")
+
+from harbor.utils.traces_utils import extract_conversations_from_trajectory, iter_trial_dirs  # noqa: E402
+from harbor.utils.trajectory_validator import TrajectoryValidator  # noqa: E402
+
+from tests.view.conftest import MARKUP, Runs, osmo_run  # noqa: E402
 
 
 def test_rollouts_become_trajectories_harbor_reads(runs: Runs, tmp_path: Path) -> None:
