@@ -9,6 +9,7 @@ memory, except a table of id hashes used to refuse duplicates.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -91,13 +92,25 @@ class Dataset:
         """Row indexes to keep (a smoke subset); ``None`` keeps every row."""
         self.row_ranges = row_ranges
         """``--rows``: the row indexes to keep; ``None`` keeps every row."""
-        self.pick = pick
-        """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
-        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
+        self._pick = pick
         self._unit = "line" if self.format == "jsonl" else "row"
         self._total: int | None = None
         self._bad_row_ids: dict[int, str] = {}
         """Bad rows (by line) whose line number a real row has as its id: their names."""
+
+    @property
+    def pick(self) -> frozenset[int] | None:
+        """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
+        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
+        return self._pick
+
+    def with_pick(self, pick: frozenset[int] | None) -> Dataset:
+        """This dataset's file and selection running the rows at ``pick`` (a new dataset:
+        one a plan holds never changes; what it counted of the file is kept)."""
+        picked = copy.copy(self)
+        picked._pick = pick
+        picked._bad_row_ids = dict(self._bad_row_ids)
+        return picked
 
     def where(self, number: int) -> str:
         """The position of the row at ``number`` for messages (``file:line``, ``file:row N``)."""
@@ -115,7 +128,7 @@ class Dataset:
         """``(index, number, payload)`` of every selected row (see :meth:`rows` and
         :mod:`osmo_run.run.selection`)."""
         shard = None if whole_selection else self._shard
-        ranges, pick = self.row_ranges, self.pick
+        ranges, pick = self.row_ranges, self._pick
         eligible = kept = -1
         for index, (number, payload) in enumerate(read(self.path, self.format)):
             if ranges is not None:

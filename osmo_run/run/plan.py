@@ -117,10 +117,10 @@ def spec_dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None
 
 def with_shuffle(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
     """``dataset`` keeping ``limit`` rows drawn at random with ``seed`` (``--shuffle``)
-    from those its ``--rows`` keeps; as it is when ``limit`` is ``None``."""
-    if limit is not None:
-        dataset.pick = shuffled_pick(dataset.eligible_rows(), limit, seed)
-    return dataset
+    from those its ``--rows`` keeps (a new dataset); ``dataset`` when ``limit`` is ``None``."""
+    if limit is None:
+        return dataset
+    return dataset.with_pick(shuffled_pick(dataset.eligible_rows(), limit, seed))
 
 
 def smoke_spec(spec: RunSpec) -> RunSpec:
