@@ -127,6 +127,7 @@ class Dataset:
         picked = copy.copy(self)
         picked._pick = pick
         picked._bad_row_ids = dict(self._bad_row_ids)
+        picked._kept = None  # rows of another selection
         return picked
 
     def where(self, number: int) -> str:

@@ -123,3 +123,12 @@ def test_the_hash_read_with_the_line_count_is_the_files(tmp_path: Path) -> None:
     dataset.validate(stop_on_error=True, keep_rows=True)
     assert dataset.content_sha256() == hashlib.sha256(path.read_bytes()).hexdigest()
     assert Dataset(path).content_sha256() == dataset.content_sha256()
+
+
+def test_a_dataset_drawn_from_a_validated_one_reads_its_own_rows(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{i}"}) + "\n" for i in range(30)))
+    every_row = Dataset(path)
+    every_row.validate(stop_on_error=True, keep_rows=True)
+    drawn = with_shuffle(every_row, 5, seed=2)
+    assert len(list(drawn.rows())) == 5 and len(list(every_row.rows())) == 30
