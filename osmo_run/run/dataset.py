@@ -411,7 +411,10 @@ _KEPT_MAX_BYTES = 256 << 20
 """The most bytes of parsed rows a validation pass keeps on disk (a million short rows
 take about 80 MB); the rows past it are read from the dataset again."""
 _KEPT_BATCH = 1024
-"""Rows written or read at once: the memory kept rows cost (a Parquet batch's)."""
+"""The most rows written or read at once (a Parquet batch's)."""
+_KEPT_BATCH_BYTES = 1 << 20
+"""About the most bytes of rows written or read at once: batches start at one row and
+grow while their rows are small, so rows of megabytes are kept one at a time."""
 
 KeptRow = tuple[int, int, str, bool, str | None, tuple[Any, Any, Any] | None]
 """``(index, line, row_id, explicit_id, error, (prompt, label, metadata) or None)``."""
@@ -431,6 +434,8 @@ class _KeptRows:
     def __init__(self) -> None:
         self._file: Any = None
         self._batch: list[KeptRow] = []
+        self._batch_rows = 1
+        """Rows in the next batch (see :data:`_KEPT_BATCH_BYTES`)."""
         self._size = 0
         self.complete = True
         self.broken = False
@@ -441,7 +446,7 @@ class _KeptRows:
         fields = None if request is None else (request.prompt, request.label, request.metadata)
         batch = self._batch
         batch.append((row.index, row.line, row.row_id, row.explicit_id, row.error, fields))
-        if len(batch) >= _KEPT_BATCH:
+        if len(batch) >= self._batch_rows:
             self._write_batch()
 
     def _write_batch(self) -> None:
@@ -453,10 +458,12 @@ class _KeptRows:
         except ValueError:  # a value marshal cannot hold: the rows are parsed again
             self.broken = True
             return
-        data = len(record).to_bytes(4, "little") + record
-        if self._size + len(data) > _KEPT_MAX_BYTES:
+        if self._size + 4 + len(record) > _KEPT_MAX_BYTES:
             self.complete = False
             return
+        fitting = _KEPT_BATCH_BYTES * len(batch) // len(record)
+        self._batch_rows = max(1, min(_KEPT_BATCH, 2 * len(batch), fitting))
+        data = len(record).to_bytes(4, "little") + record
         try:
             if self._file is None:
                 # open while the dataset lives (rows() may be read again); closed with it

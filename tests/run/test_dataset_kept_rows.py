@@ -132,3 +132,24 @@ def test_a_dataset_drawn_from_a_validated_one_reads_its_own_rows(tmp_path: Path)
     every_row.validate(stop_on_error=True, keep_rows=True)
     drawn = with_shuffle(every_row, 5, seed=2)
     assert len(list(drawn.rows())) == 5 and len(list(every_row.rows())) == 30
+
+
+def test_rows_of_megabytes_are_kept_without_holding_many_at_once(tmp_path: Path) -> None:
+    import tracemalloc
+
+    path = tmp_path / "d.jsonl"
+    with open(path, "w") as handle:
+        for i in range(24):
+            handle.write(json.dumps({"id": i, "prompt": chr(97 + i) * (1 << 20)}) + "\n")
+    dataset = Dataset(path)
+    tracemalloc.start()
+    try:
+        dataset.validate(stop_on_error=True, keep_rows=True)
+        kept_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        prompts = [row.request.prompt[0]["content"][0] for row in dataset.rows() if row.request]
+        read_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert prompts == [chr(97 + i) for i in range(24)]
+    assert kept_peak < 12 << 20 and read_peak < 12 << 20, (kept_peak, read_peak)
