@@ -5,18 +5,32 @@ optional ``id`` names the row, any non-empty string or integer; otherwise its li
 does. Ids are unique, and so are their safe names (:mod:`osmo_run.sdk.names`), the names of
 their directories. Blank lines are skipped. Reading never holds more than one line in
 memory, except a table of id hashes used to refuse duplicates.
+
+Each row is parsed once. The validation pass must read every row before anything runs
+(``bad_rows: stop`` refuses the file for one bad row, and duplicate ids are found only
+over the whole file), so the choice is to keep its work rather than validate as the stream
+runs: with ``keep_rows`` it writes every selected row it parsed, as compact ``marshal``
+records, to an unlinked temporary file (:class:`_KeptRows`; bounded, and never in memory),
+and :meth:`Dataset.rows` reads them back instead of decoding and checking each row again.
+Past the bound, or when the temporary file cannot be written, the rest is read from the
+dataset again: slower, the same rows.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import marshal
+import os
 import re
+import tempfile
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import count as count_from
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from osmo_run.errors import DatasetError
 from osmo_run.run.columns import ColumnMap
@@ -91,31 +105,58 @@ class Dataset:
         """Row indexes to keep (a smoke subset); ``None`` keeps every row."""
         self.row_ranges = row_ranges
         """``--rows``: the row indexes to keep; ``None`` keeps every row."""
-        self.pick = pick
-        """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
-        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
+        self._pick = pick
         self._unit = "line" if self.format == "jsonl" else "row"
         self._total: int | None = None
         self._bad_row_ids: dict[int, str] = {}
         """Bad rows (by line) whose line number a real row has as its id: their names."""
+        self._kept: _KeptRows | None = None
+        """The selected rows the last validation pass parsed (``keep_rows``)."""
+        self._sha256: str | None = None
+        """The file's hash, when a validation pass read it (with its line count)."""
+
+    @property
+    def pick(self) -> frozenset[int] | None:
+        """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
+        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
+        return self._pick
+
+    def with_pick(self, pick: frozenset[int] | None) -> Dataset:
+        """This dataset's file and selection running the rows at ``pick`` (a new dataset:
+        one a plan holds never changes; what it counted of the file is kept)."""
+        picked = copy.copy(self)
+        picked._pick = pick
+        picked._bad_row_ids = dict(self._bad_row_ids)
+        picked._kept = None  # rows of another selection
+        return picked
 
     def where(self, number: int) -> str:
         """The position of the row at ``number`` for messages (``file:line``, ``file:row N``)."""
         return where(self.path, self.format, number)
 
     def content_sha256(self) -> str:
-        """The hash of the file's bytes: a run is defined by its data, not its path."""
-        digest = hashlib.sha256()
-        with open(self.path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-        return digest.hexdigest()
+        """The hash of the file's bytes: a run is defined by its data, not its path (read
+        once with the line count by a validation pass of a JSONL or CSV file)."""
+        if self._sha256 is None:
+            self._sha256, _ = _hash_and_count(self.path)
+        return self._sha256
+
+    def _row_bound(self) -> int:
+        """An upper bound of the rows in the file (:func:`row_count_bound`); for JSONL and
+        CSV read in the same pass as the file's hash, which the manifest needs next."""
+        if self.format == "parquet":
+            return row_count_bound(self.path, self.format)
+        try:
+            self._sha256, lines = _hash_and_count(self.path)
+        except OSError:
+            return 0  # reading the rows says why
+        return lines + 1
 
     def _selected_lines(self, whole_selection: bool = False) -> Iterator[tuple[int, int, Payload]]:
         """``(index, number, payload)`` of every selected row (see :meth:`rows` and
         :mod:`osmo_run.run.selection`)."""
         shard = None if whole_selection else self._shard
-        ranges, pick = self.row_ranges, self.pick
+        ranges, pick = self.row_ranges, self._pick
         eligible = kept = -1
         for index, (number, payload) in enumerate(read(self.path, self.format)):
             if ranges is not None:
@@ -163,8 +204,39 @@ class Dataset:
         ``(K, N)`` keeps every N-th row of the selection from the K-th (all rows selected:
         those whose index is ``K-1`` modulo ``N``), and ``select`` its subset, unless
         ``whole_selection``.
+
+        After ``validate(keep_rows=True)``, the selected rows are those it parsed, read
+        back from where it kept them (the same rows, bad ones named as validation named
+        them).
         """
+        kept = None if whole_selection else self._kept
+        after = -1
+        if kept is not None:
+            for index, line, row_id, explicit, error, fields in kept:
+                after = index
+                if fields is None:
+                    name = row_id if explicit else self._line_id(line)
+                    yield DatasetRow(index, line, name, None, error, explicit_id=explicit)
+                    continue
+                prompt, label, metadata = fields
+                request = ExecutionRequest(
+                    row_id,
+                    prompt,
+                    label,
+                    metadata,
+                    self._agent_timeout_sec,
+                    self._grader_timeout_sec,
+                )
+                yield DatasetRow(index, line, row_id, request, None, explicit)
+            if kept.complete:
+                return
+        yield from self._parsed_rows(whole_selection, after)
+
+    def _parsed_rows(self, whole_selection: bool, after: int = -1) -> Iterator[DatasetRow]:
+        """:meth:`rows` read from the file and parsed, from the row past index ``after``."""
         for index, number, payload in self._selected_lines(whole_selection):
+            if index <= after:
+                continue
             obj: object = None
             try:
                 obj = self.columns.apply(_decoded(payload))
@@ -191,8 +263,9 @@ class Dataset:
                     explicit_id=own is not None,
                 )
 
-    def validate(self, stop_on_error: bool) -> tuple[int, list[str]]:
-        """Read every selected row once; return ``(row_count, problems)``.
+    def validate(self, stop_on_error: bool, keep_rows: bool = False) -> tuple[int, list[str]]:
+        """Read every selected row once; return ``(row_count, problems)``. With
+        ``keep_rows``, keep what was parsed for :meth:`rows` (see the module docstring).
 
         Raises :class:`DatasetError` for an empty dataset, duplicate ids, two ids of one
         safe name (:func:`~osmo_run.sdk.names.safe_name`), and, when
@@ -213,9 +286,13 @@ class Dataset:
         whole = self._selects_part()  # ids over the whole selection: a pass more
         # the bound sizes the id tables; a Parquet footer may claim any count (10**12 rows
         # once asked for terabytes), so past a million rows the tables grow as rows arrive
-        table = _IdTable(min(row_count_bound(self.path, self.format), _ID_TABLE_ROWS))
-        for row in self.rows():
+        table = _IdTable(min(self._row_bound(), _ID_TABLE_ROWS))
+        self._kept = None  # read the file, not what an earlier pass kept
+        kept = _KeptRows() if keep_rows else None
+        for row in self._parsed_rows(whole_selection=False):
             count += 1
+            if kept is not None:
+                kept.add(row)
             if row.error is not None:
                 if stop_on_error:
                     raise _stops_the_run(row.error)
@@ -231,6 +308,8 @@ class Dataset:
             for row in self.rows(whole_selection=True):
                 table.add(row)  # another shard's bad row is that shard's to stop on
         self._check_ids(table)
+        if kept is not None and kept.close_writing():
+            self._kept = kept
         return count, problems
 
     def check_columns(self) -> None:
@@ -315,6 +394,101 @@ class Dataset:
         """The id of the bad row at ``number`` that has no valid id of its own: its line
         number, unless a real row has that id (then the name :meth:`validate` chose)."""
         return self._bad_row_ids.get(number, str(number))
+
+
+def _hash_and_count(path: Path) -> tuple[str, int]:
+    """The SHA-256 of the file's bytes and its count of newlines, in one read."""
+    digest = hashlib.sha256()
+    lines = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+            lines += chunk.count(b"\n")
+    return digest.hexdigest(), lines
+
+
+_KEPT_MAX_BYTES = 256 << 20
+"""The most bytes of parsed rows a validation pass keeps on disk (a million short rows
+take about 80 MB); the rows past it are read from the dataset again."""
+_KEPT_BATCH = 1024
+"""The most rows written or read at once (a Parquet batch's)."""
+_KEPT_BATCH_BYTES = 1 << 20
+"""About the most bytes of rows written or read at once: batches start at one row and
+grow while their rows are small, so rows of megabytes are kept one at a time."""
+
+KeptRow = tuple[int, int, str, bool, str | None, tuple[Any, Any, Any] | None]
+"""``(index, line, row_id, explicit_id, error, (prompt, label, metadata) or None)``."""
+
+
+class _KeptRows:
+    """Parsed rows on disk: an unlinked temporary file of ``marshal`` records, each a batch
+    of :data:`_KEPT_BATCH` rows (``marshal`` reads back exactly the values it wrote, several
+    times faster than ``json`` parses them, and there is no row check to repeat). Written
+    by one validation pass, then read by every :meth:`Dataset.rows` after it, each reader
+    with offsets of its own.
+
+    Past :data:`_KEPT_MAX_BYTES` no more rows are kept (``complete`` turns false: the rest
+    is read from the dataset); once writing fails (a full disk, a value ``marshal`` cannot
+    hold) ``broken`` says nothing kept may be used."""
+
+    def __init__(self) -> None:
+        self._file: Any = None
+        self._batch: list[KeptRow] = []
+        self._batch_rows = 1
+        """Rows in the next batch (see :data:`_KEPT_BATCH_BYTES`)."""
+        self._size = 0
+        self.complete = True
+        self.broken = False
+
+    def add(self, row: DatasetRow) -> None:
+        """Keep ``row`` (unless no more are kept: see the class docstring)."""
+        request = row.request
+        fields = None if request is None else (request.prompt, request.label, request.metadata)
+        batch = self._batch
+        batch.append((row.index, row.line, row.row_id, row.explicit_id, row.error, fields))
+        if len(batch) >= self._batch_rows:
+            self._write_batch()
+
+    def _write_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        if not self.complete or self.broken or not batch:
+            return
+        try:
+            record = marshal.dumps(batch)
+        except ValueError:  # a value marshal cannot hold: the rows are parsed again
+            self.broken = True
+            return
+        if self._size + 4 + len(record) > _KEPT_MAX_BYTES:
+            self.complete = False
+            return
+        fitting = _KEPT_BATCH_BYTES * len(batch) // len(record)
+        self._batch_rows = max(1, min(_KEPT_BATCH, 2 * len(batch), fitting))
+        data = len(record).to_bytes(4, "little") + record
+        try:
+            if self._file is None:
+                # open while the dataset lives (rows() may be read again); closed with it
+                self._file = tempfile.TemporaryFile(prefix="osmo-run-rows-")  # noqa: SIM115
+                weakref.finalize(self, self._file.close)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._file.fileno(), view) :]
+        except OSError:
+            self.broken = True
+        self._size += len(data)
+
+    def close_writing(self) -> bool:
+        """Write what is pending; whether the rows kept can be read back."""
+        self._write_batch()
+        return not self.broken
+
+    def __iter__(self) -> Iterator[KeptRow]:
+        """Every row kept, in the order kept."""
+        offset = 0
+        while offset < self._size:
+            fd = self._file.fileno()
+            length = int.from_bytes(os.pread(fd, 4, offset), "little")
+            yield from marshal.loads(os.pread(fd, length, offset + 4))
+            offset += 4 + length
 
 
 _ID_TABLE_ROWS = 1 << 20

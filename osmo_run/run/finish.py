@@ -3,6 +3,7 @@ and the reports CI systems read (JUnit, Markdown, ``--json``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -93,7 +94,8 @@ def finish_run(plan: RunPlan, summary: RunSummary, console: Console, title: str)
     stderr and in ``--json``'s ``report_errors``; the verdict and its exit code stand.
     """
     settings = plan.settings
-    summary.output = str(plan.paths.results)
+    if summary.output != str(plan.paths.results):  # a summary built without its file's name
+        summary = dataclasses.replace(summary, output=str(plan.paths.results))
     failures = evaluate(summary, settings.gates)
     code = exit_code_for(summary, failures)
     problems = _attempt("summary", plan.paths.summary, lambda: write_summary(plan.paths, summary))

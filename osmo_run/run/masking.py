@@ -50,6 +50,18 @@ class SecretMask:
         forms = {form for secret in secrets if secret for form in secret_forms(secret)}
         self.forms: tuple[str, ...] = tuple(sorted(forms, key=lambda f: (-len(f), f)))
         """Every text masked, longest first."""
+        escaped = {json.dumps(form, ensure_ascii=False)[1:-1] for form in self.forms}
+        self._encoded_forms = tuple(sorted(escaped, key=lambda f: (-len(f), f)))
+        """Each form as it is written inside a JSON string (``ensure_ascii=False``)."""
+
+    def occurs_in_json(self, encoded: str) -> bool:
+        """Whether some form of a secret may be in a string of ``encoded`` (JSON written
+        with ``ensure_ascii=False``): ``False`` proves that masking each string of the
+        value it encodes changes nothing. JSON escapes a string character by character, so
+        a form inside a string is its escaped form inside the encoded text; ``True`` may
+        also come from a key, a number or the syntax (a secret ``1``), which only costs
+        the caller a value-wise mask it did not need."""
+        return any(form in encoded for form in self._encoded_forms)
 
     def __bool__(self) -> bool:
         return bool(self.forms)

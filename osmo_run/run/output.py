@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 from pathlib import Path
 from types import TracebackType
@@ -11,6 +12,7 @@ from typing import Any
 
 from osmo_run.errors import OutputError
 from osmo_run.run.masking import SecretMask
+from osmo_run.run.records import record_line
 
 
 def check_writable(path: Path, what: str) -> None:
@@ -66,10 +68,10 @@ class OutputWriter:
     """Appends lines to ``path`` (created ``0600``: lines hold conversations).
 
     Every :meth:`write` reaches the OS before it returns, so a crash loses no finished row.
-    ``secrets`` are masked by :meth:`mask_record` before a record is serialized (each of
-    their forms, :class:`~osmo_run.run.masking.SecretMask`), inside its string values
-    only: a line is never masked as text, where a short key (``1``, ``e``) would hit field
-    names, numbers and JSON syntax. Raises :class:`OutputError` when the
+    ``secrets`` are masked by :meth:`record_line` (each of their forms,
+    :class:`~osmo_run.run.masking.SecretMask`), inside a record's string values only: a
+    line is never masked as text, where a short key (``1``, ``e``) would hit field names,
+    numbers and JSON syntax. Raises :class:`OutputError` when the
     file cannot be opened or written (a full disk included); what was written before stays
     valid, line by line.
     """
@@ -77,6 +79,11 @@ class OutputWriter:
     def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
         self.path = path
         self._mask = SecretMask(secrets)
+        self._masked_encoder = json.JSONEncoder(
+            ensure_ascii=False, allow_nan=False, default=self._masked_repr
+        )
+        """Encodes a record whose values are masked already: with the cycle check (this
+        is the rare path), and a value JSON cannot hold as its masked ``repr``."""
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -125,6 +132,24 @@ class OutputWriter:
                 value = self.mask_values(value)
             masked[key] = value
         return masked
+
+    def record_line(self, record: dict[str, Any]) -> str:
+        """``record`` serialized as one line (:func:`~osmo_run.run.records.record_line`),
+        secrets masked as :meth:`mask_record` masks them.
+
+        Encoded first, and masked only when a secret's escaped form occurs in the line
+        (:meth:`~osmo_run.run.masking.SecretMask.occurs_in_json`): then the record's
+        values are masked and encoded again, so a short secret never touches a key, a
+        number or the JSON syntax. A value JSON cannot hold is written as its ``repr``,
+        masked too. Raises what :func:`~osmo_run.run.records.record_line` raises."""
+        line = record_line(record)
+        if not self._mask or not self._mask.occurs_in_json(line):
+            return line
+        return self._masked_encoder.encode(self.mask_record(record))
+
+    def _masked_repr(self, value: object) -> str:
+        """What a value JSON cannot hold is written as, with secrets masked."""
+        return self.mask(repr(value))
 
     def write(self, line: str) -> None:
         """Append ``line`` (one serialized record, already masked) and a newline."""

@@ -2,8 +2,10 @@
 effective spec, under which identity (the manifest) and where its files go.
 
 :func:`plan_run` reads and checks the whole dataset and raises
-:class:`~osmo_run.errors.OsmoRunError` for bad input; nothing is written. The plan is frozen:
-a step that learns something new (the embedded model's address) makes a new plan.
+:class:`~osmo_run.errors.OsmoRunError` for bad input; nothing is written. The rows it
+parsed are kept for the run (:mod:`osmo_run.run.dataset`): each row is parsed once. The
+plan is frozen: a step that learns something new (the embedded model's address) makes a
+new plan.
 """
 
 from __future__ import annotations
@@ -82,14 +84,14 @@ def plan_run(settings: RunSettings) -> RunPlan:
     llm = spec.llm.endpoint() if spec.llm is not None else None
     judge = spec.judge.endpoint() if spec.judge is not None else None
     dataset = spec_dataset(settings.dataset, spec)
-    rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+    rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop", keep_rows=True)
     identity = dict(settings.backend_identity)
     if settings.smoke_rows is not None:
         indexes = [row.index for row in dataset.rows()]  # within --limit and --shard
         count = min(settings.smoke_rows, rows)
         chosen = frozenset(random.Random(settings.seed).sample(indexes, count))
         dataset = spec_dataset(settings.dataset, spec, chosen)
-        rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop")
+        rows, problems = dataset.validate(stop_on_error=spec.bad_rows == "stop", keep_rows=True)
         identity["smoke"] = {"rows": settings.smoke_rows, "seed": settings.seed}
     manifest = build_manifest(settings, spec, dataset, rows, identity)
     paths = RunPaths(settings.output or Path("runs") / manifest.run_id / "results.jsonl")
@@ -117,10 +119,10 @@ def spec_dataset(path: Path, spec: RunSpec, select: frozenset[int] | None = None
 
 def with_shuffle(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
     """``dataset`` keeping ``limit`` rows drawn at random with ``seed`` (``--shuffle``)
-    from those its ``--rows`` keeps; as it is when ``limit`` is ``None``."""
-    if limit is not None:
-        dataset.pick = shuffled_pick(dataset.eligible_rows(), limit, seed)
-    return dataset
+    from those its ``--rows`` keeps (a new dataset); ``dataset`` when ``limit`` is ``None``."""
+    if limit is None:
+        return dataset
+    return dataset.with_pick(shuffled_pick(dataset.eligible_rows(), limit, seed))
 
 
 def smoke_spec(spec: RunSpec) -> RunSpec:

@@ -1,8 +1,8 @@
 """The output file's line format: one :class:`OutputRecord` per finished row.
 
-Lines are written from :func:`record_line` (plain ``json.dumps``: it runs once per row on
-the hot path) and read back through :class:`OutputRecord`, which a test keeps in step
-with the writer.
+Lines are written from :func:`record_dict` and :func:`record_line` (built in one step,
+encoded by one prebuilt encoder: they run once per row on the hot path) and read back
+through :class:`OutputRecord`, which a test keeps in step with the writer.
 """
 
 from __future__ import annotations
@@ -160,11 +160,16 @@ def record_dict(
 ) -> dict[str, Any]:
     """The JSON object for one finished rollout (see :class:`OutputRecord`): where it sits
     in the dataset, its safe name (default: derived from the row id and sample), its
-    attempts, and ``result.to_dict()``. ``ExecutionResult.from_dict`` reads a record back
-    into a result."""
-    data = result.to_dict()
-    rollout_id = data.pop("rollout_id")
-    data.pop("error_detail")  # the full text goes to the file backend.error_log names
+    attempts, and the fields of ``result.to_dict()`` but ``rollout_id`` (placed after the
+    row id) and ``error_detail`` (the full text goes to the file ``backend.error_log``
+    names). ``ExecutionResult.from_dict`` reads a record back into a result.
+
+    Built in one step from ``result``'s fields (it runs once per row on the hot path);
+    a test keeps its keys and values in step with ``ExecutionResult.to_dict``."""
+    rollout_id = result.rollout_id
+    sample = result.sample
+    category, phase = result.error_category, result.error_phase
+    usage, grader_usage = result.usage, result.grader_usage
     return {
         "schema_version": SCHEMA_VERSION,
         "row_id": row_id,
@@ -175,7 +180,19 @@ def record_dict(
         "line": line,
         "attempt": attempt,
         "attempts": attempts or [],
-        **data,
+        "status": result.status.value,
+        "reward": None if sample is None else sample.reward,
+        "error_category": None if category is None else category.value,
+        "error_message": result.error_message,
+        "error_phase": None if phase is None else phase.value,
+        "grader_skipped": result.grader_skipped,
+        "timings": result.timings.to_dict(),
+        "sample": None if sample is None else sample.to_dict(),
+        "info": result.info,
+        "backend": result.backend,
+        "usage": None if usage is None else usage.to_dict(),
+        "grader_usage": None if grader_usage is None else grader_usage.to_dict(),
+        "warnings": result.warnings,
     }
 
 
@@ -197,10 +214,24 @@ def record_safe_name(record: dict[str, Any]) -> str:
     return _derived_name(row_id, rollout_id, int(record.get("sample_index") or 0))
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr)
-"""Built once: ``json.dumps`` with these options builds a new encoder for every row."""
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr, check_circular=False)
+"""Built once (``json.dumps`` with these options builds a new encoder for every row), and
+without the check for cycles, which costs a set lookup per list and dict on every row: a
+cycle in a result (a workflow's metrics or info holding themselves) recurses to Python's
+depth limit instead, and :func:`record_line` then encodes again with the check."""
+
+_CHECKING_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=repr)
+"""Says ``Circular reference detected`` for a cycle, where the fast one hits the depth
+limit: the message the row's validation error quotes."""
 
 
 def record_line(record: dict[str, Any]) -> str:
-    """Serialize a record as one line; values JSON cannot hold are written with ``repr``."""
-    return _ENCODER.encode(record)
+    """Serialize a record as one line; values JSON cannot hold are written with ``repr``.
+
+    Raises ``ValueError`` for NaN, infinities and a cycle (``Circular reference
+    detected``), ``TypeError`` for a key that is not a string, number or bool, and
+    ``RecursionError`` for a structure nested deeper than Python's depth limit."""
+    try:
+        return _ENCODER.encode(record)
+    except RecursionError:  # a cycle, or nesting too deep: the checking encoder tells which
+        return _CHECKING_ENCODER.encode(record)

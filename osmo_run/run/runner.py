@@ -26,7 +26,7 @@ from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
 from osmo_run.run.full_errors import keep_full_error
 from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import attempt_dict, record_dict, record_line
+from osmo_run.run.records import attempt_dict, record_dict
 from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.scrub import scrub_directory
@@ -180,7 +180,7 @@ class Runner:
             self._mask_error(result)
         self._keep_diagnostics(result, item)
 
-        def serialize(result: ExecutionResult) -> tuple[dict[str, Any], str]:
+        def serialize(result: ExecutionResult) -> str:
             record = record_dict(
                 row.row_id,
                 row.index,
@@ -191,21 +191,21 @@ class Runner:
                 attempts,
                 item.safe_name,
             )
-            record = self._writer.mask_record(record)
-            return record, record_line(record)
+            return self._writer.record_line(record)  # secrets masked
 
         try:
-            record, line = serialize(result)
+            line = serialize(result)
         except (ValueError, TypeError, RecursionError) as exc:  # NaN, a cycle, a non-str key
             result = _unwritable(result, exc)
-            record, line = serialize(result)
+            line = serialize(result)
         try:
             self._writer.write(line)
         except BaseException as exc:
             self._fatal = exc
             self.interrupt()
             return
-        self._stats.add_record(record)
+        skipped = result.grader_skipped  # the summary counts it as written: masked
+        self._stats.add_result(result, row.index, skipped and self._writer.mask(skipped))
         self._display.row_finished(result)
         if self._fail_fast and not result.ok and not self._stopped_early:
             self._stopped_early = True  # dispatch stops; rows in flight still finish

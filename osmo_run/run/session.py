@@ -29,7 +29,7 @@ from osmo_run.run.resume import ResumeState, prepare_run_dir
 from osmo_run.run.runlock import run_locked
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.settings import BackendContext, BackendFactory, RunSettings
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.summary import RunSummary, with_not_run
 from osmo_run.sdk.rollout import run_to_completion
 
 __all__ = ["ExitCode", "execute_run", "exit_code_for", "write_summary"]
@@ -72,9 +72,7 @@ def _execute_locked(plan: RunPlan, make_backend: BackendFactory, console: Consol
         # What fail-fast or the breaker left unstarted, and the rollouts --retry-errors alone
         # does not run (they never finished), count as failed: the gates judge every rollout
         # the run is made of, not the ones this invocation happened to record.
-        summary.not_run = max(plan.rollouts - summary.total, 0)
-        if summary.breaker is not None:
-            summary.breaker.not_started = summary.not_run
+        summary = with_not_run(summary, max(plan.rollouts - summary.total, 0))
     title = settings.description + plan.model_note
     return finish_run(plan, summary, console, title)
 

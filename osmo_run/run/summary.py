@@ -8,6 +8,7 @@ serves a live run and ``osmo-run report`` reading a run's files.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from osmo_run.run.breaker import BreakerTrip
 from osmo_run.run.quantiles import QuantileSketch
 from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
-from osmo_run.sdk.types import LLMUsage
+from osmo_run.sdk.types import ExecutionResult, LLMUsage
 
 
 @dataclass
@@ -285,6 +286,27 @@ class SummaryBuilder:
                 counts[_GRADED] += 1
                 counts[_REWARD_SUM] += reward
 
+    def add_result(
+        self, result: ExecutionResult, row_index: int, grader_skipped: str | None
+    ) -> None:
+        """Count one rollout the run has just recorded, from ``result`` itself and the
+        facts of its record the result does not hold: its ``row_index`` and its
+        ``grader_skipped`` as written (secrets masked). Counts exactly what
+        :meth:`add_record` counts of the line written for it: seconds rounded as the
+        record rounds them, so a run's summary and ``report``'s agree."""
+        sample = result.sample
+        category = result.error_category
+        self.add_values(
+            result.status.value,
+            None if category is None else category.value,
+            None if sample is None else sample.reward,
+            grader_skipped,
+            round(result.timings.total_sec, 6),
+            row_index,
+            _as_recorded(result.usage),
+            _as_recorded(result.grader_usage),
+        )
+
     def add_record(self, record: dict[str, Any]) -> None:
         """Count one output-file record (see :mod:`osmo_run.run.records`)."""
         self.add_values(
@@ -330,7 +352,19 @@ class SummaryBuilder:
         clusters = self._clusters(_ROLLOUTS, _PASSED)
         return estimate_mean(total, self._passed, self._passed, binary=True, clusters=clusters)
 
-    def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
+    def build(
+        self,
+        output: str | None = None,
+        interrupted: bool = False,
+        stopped_early: bool = False,
+        breaker: BreakerTrip | None = None,
+        not_run: int = 0,
+    ) -> RunSummary:
+        """The summary of every rollout counted, with what the run adds: where its results
+        are (``output``), whether Ctrl-C (``interrupted``), fail-fast or the breaker
+        (``stopped_early``; ``breaker`` says why it tripped) ended it, and how many of its
+        rollouts it left unstarted (``not_run``). Built once, complete: nothing patches a
+        summary afterwards."""
         durations = self._durations
         total = durations.count
         if self.samples_per_row > 1:
@@ -361,4 +395,24 @@ class SummaryBuilder:
             samples_per_row=self.samples_per_row,
             usage=self._usage.summary(),
             grader_usage=self._grader_usage.summary(),
+            stopped_early=stopped_early,
+            not_run=not_run,
+            breaker=breaker,
         )
+
+
+def with_not_run(summary: RunSummary, not_run: int) -> RunSummary:
+    """``summary`` of a run that left ``not_run`` of its rollouts unstarted (fail-fast, the
+    breaker, ``--retry-errors`` alone): a new summary, its breaker's ``not_started`` said
+    too; ``summary`` itself is left as it was built."""
+    trip = summary.breaker
+    if trip is not None:
+        trip = dataclasses.replace(trip, not_started=not_run)
+    return dataclasses.replace(summary, not_run=not_run, breaker=trip)
+
+
+def _as_recorded(usage: LLMUsage | None) -> LLMUsage | None:
+    """``usage`` as its record reads back (:meth:`LLMUsage.to_dict` rounds ``model_sec``)."""
+    if usage is None or round(usage.model_sec, 6) == usage.model_sec:
+        return usage
+    return dataclasses.replace(usage, model_sec=round(usage.model_sec, 6))

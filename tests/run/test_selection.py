@@ -99,3 +99,17 @@ def test_selection_works_alike_on_parquet_and_csv(tmp_path: Path, write_jsonl: W
         drawn[path.suffix] = _indexes(with_shuffle(dataset, 9, seed=11))
     assert drawn[".jsonl"] == drawn[".parquet"] == drawn[".csv"]
     assert len(drawn[".csv"]) == 3 and all(5 <= i <= 30 for i in drawn[".csv"])
+
+
+def test_shuffle_draws_into_a_new_dataset_and_leaves_the_one_given_as_it_was(
+    write_jsonl: WriteJsonl,
+) -> None:
+    """A dataset a plan holds never changes: ``--shuffle`` makes the dataset it runs."""
+    path = write_jsonl([{"prompt": f"{i}"} for i in range(30)])
+    every_row = Dataset(path)
+    drawn = with_shuffle(every_row, 4, seed=5)
+    assert drawn is not every_row and every_row.pick is None
+    assert len(_indexes(drawn)) == 4 and _indexes(every_row) == list(range(30))
+    assert with_shuffle(every_row, None, seed=5) is every_row
+    with pytest.raises(AttributeError):
+        every_row.pick = frozenset({1})  # type: ignore[misc]
