@@ -37,13 +37,16 @@ def _free_port() -> int:
 
 def _spec(tmp_path: Path, base_url: str, *raw: str, **fields: Any) -> Path:
     """A spec reaching ``base_url``, ``fields`` laid over the defaults and ``raw`` YAML lines
-    added as they are. The 1 s deadline ends a call's retries of a dead endpoint; the one
-    run-level retry shows that the breaker counts rows' final results."""
+    added as they are. The deadline ends a call's retries of a dead endpoint (each retry's
+    wait is given up once it would pass it, so a row ends with the endpoint's error); 3 s,
+    because a first try still under way at the deadline is rightly a timeout, and a loaded
+    machine can take a second to make one. The one run-level retry shows that the breaker
+    counts rows' final results."""
     values: dict[str, Any] = {
         "workflow": CHAT,
         "code_dir": str(REPO),
         "concurrency": 2,
-        "timeouts": {"agent_sec": 1, "grader_sec": 2},
+        "timeouts": {"agent_sec": 3, "grader_sec": 2},
         "retries": {"max_attempts": 2, "initial_backoff_sec": 0.05},
         "llm": {"base_url": base_url, "model": "stub-model"},
         **fields,
