@@ -174,7 +174,7 @@ class PlainDisplay(Display):
             if self._failure_lines <= self._max_failures:
                 category = result.error_category.value if result.error_category else "-"
                 phase = result.error_phase.value if result.error_phase else "-"
-                full = result.backend.get("error_log")
+                full = result.backend.error_log
                 self._print(
                     f"{result.status.value.upper()} row {one_line(result.rollout_id)} "
                     f"[{category}, {phase}]: {one_line(result.error_message or '')}"

@@ -84,6 +84,7 @@ from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
 from osmo_run.sdk.imports import import_path_of
 from osmo_run.sdk.names import docker_part
 from osmo_run.sdk.types import (
+    BackendDetails,
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
@@ -568,15 +569,16 @@ class HarborBackend(ExecutionBackend):
         setup = _read_json(trial_dir / "agent" / SETUP_TIMINGS_FILE) or {}
         if isinstance(setup.get("dependencies_sec"), int | float):
             result.timings.dependencies_sec = float(setup["dependencies_sec"])
-        result.backend = {
-            "trial_name": trial_name,
-            "trial_id": str(trial.id),
-            "environment": environment_name(self._environment),
-        }
-        if result.ok and self._cleanup:
+        kept = not (result.ok and self._cleanup)
+        result.backend = BackendDetails(
+            trial_name=trial_name,
+            trial_id=str(trial.id),
+            environment=environment_name(self._environment),
+            trial_dir=str(trial_dir) if kept else None,
+        )
+        if not kept:
             shutil.rmtree(trial_dir, ignore_errors=True)
         else:
-            result.backend["trial_dir"] = str(trial_dir)
             with contextlib.suppress(OSError):
                 trial_dir.chmod(0o700)  # it holds the conversation: its owner's eyes only
         self._deliver(pending, result)
