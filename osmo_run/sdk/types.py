@@ -396,6 +396,10 @@ class BackendDetails:
                 other[key] = value
         return cls(**known, other=MappingProxyType(other))
 
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled and deep-copied as its record form (a read-only mapping pickles not)."""
+        return BackendDetails.from_dict, (self.to_dict(),)
+
 
 _BACKEND_FIELDS = tuple(f.name for f in fields(BackendDetails) if f.name != "other")
 NO_BACKEND_DETAILS = BackendDetails()

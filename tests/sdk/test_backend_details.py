@@ -4,8 +4,10 @@ results files written before read back, and read-then-written records stay the s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 
 from osmo_run import BackendDetails, ErrorCategory, ExecutionResult, Phase
@@ -49,6 +51,8 @@ def test_keys_this_version_does_not_know_survive_a_round_trip() -> None:
     assert result.backend.trial_dir is None  # not a path: never used as one
     assert result.backend.environment == "daytona"
     assert result.to_dict()["backend"] == odd
+    for copied in (copy.deepcopy(result), pickle.loads(pickle.dumps(result))):
+        assert copied.backend == result.backend
     for missing in (None, [], "text"):  # a hand-edited record reads as no details
         read = ExecutionResult.from_dict({**HARBOR_RECORD, "backend": missing})
         assert read.backend == BackendDetails() and read.to_dict()["backend"] == {}
