@@ -30,26 +30,20 @@ def deliver(callback: ResultCallback, result: ExecutionResult) -> Awaitable[Any]
 
 
 class ProgressPhase(enum.StrEnum):
-    """Where an in-flight rollout is, as the live display shows it."""
+    """The phases every backend's rollouts go through, as the live display names them. A
+    backend reports finer ones of its own (:attr:`ExecutionBackend.progress_phases`)."""
 
     QUEUED = "queued"
-    """Dispatched, waiting for a slot in the backend."""
+    """Dispatched, waiting for a slot in the backend (the runner sets it)."""
     WORKFLOW = "workflow"
     GRADING = "grading"
-    """The workflow finished; the grader is about to run."""
+    """The workflow finished; the grader is about to run (the runner sets it)."""
     GRADER = "grader"
-    TRIAL_STARTING = "starting"
-    """Harbor: the trial was created."""
-    ENVIRONMENT = "environment"
-    """Harbor: the trial's environment is starting."""
-    AGENT = "agent"
-    """Harbor: the workflow runs inside the trial."""
-    VERIFIER = "verifier"
-    """Harbor: the grader (or the task's tests) runs inside the trial."""
 
 
-ProgressListener = Callable[[str, ProgressPhase], None]
-"""Called as ``listener(rollout_id, phase)`` when a rollout enters a phase, for the display."""
+ProgressListener = Callable[[str, str], None]
+"""Called as ``listener(rollout_id, phase)`` when a rollout enters a phase, for the display;
+``phase`` is one of the backend's :attr:`~ExecutionBackend.progress_phases`, shown as is."""
 
 
 class ExecutionBackend(ABC):
@@ -68,6 +62,9 @@ class ExecutionBackend(ABC):
     """
 
     _progress: ProgressListener | None = None
+    progress_phases: tuple[str, ...] = (ProgressPhase.WORKFLOW, ProgressPhase.GRADER)
+    """The phase names this backend reports to its progress listener, in the order a
+    rollout goes through them (a backend with finer phases declares its own)."""
     cancel_grace_sec: float = INTERRUPT_GRACE_SEC
     """How long the runner waits for cancelled rows to wind down after an interrupt."""
 
@@ -92,7 +89,7 @@ class ExecutionBackend(ABC):
         """Receive phase changes of in-flight rollouts (optional for backends to report)."""
         self._progress = listener
 
-    def _report_progress(self, rollout_id: str, phase: ProgressPhase) -> None:
+    def _report_progress(self, rollout_id: str, phase: str) -> None:
         if self._progress is not None:
             self._progress(rollout_id, phase)
 

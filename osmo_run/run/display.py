@@ -28,7 +28,7 @@ from osmo_run.sdk.types import ExecutionResult, RolloutStatus
 class _InFlight:
     started: float
     phase: str
-    """A :class:`ProgressPhase`, or the text of a retry in waiting."""
+    """The phase name the backend reported, or the text of a retry in waiting."""
     retry_at: float | None = None
 
     def phase_text(self, now: float) -> str:
@@ -53,8 +53,8 @@ class Display:
     def row_started(self, row_id: str) -> None:
         """A rollout was dispatched to the backend."""
 
-    def row_phase(self, row_id: str, phase: ProgressPhase) -> None:
-        """An in-flight rollout entered ``phase``."""
+    def row_phase(self, row_id: str, phase: str) -> None:
+        """An in-flight rollout entered ``phase`` (a name the backend declares: shown as is)."""
 
     def row_retrying(
         self,
@@ -174,7 +174,7 @@ class PlainDisplay(Display):
             if self._failure_lines <= self._max_failures:
                 category = result.error_category.value if result.error_category else "-"
                 phase = result.error_phase.value if result.error_phase else "-"
-                full = result.backend.get("error_log")
+                full = result.backend.error_log
                 self._print(
                     f"{result.status.value.upper()} row {one_line(result.rollout_id)} "
                     f"[{category}, {phase}]: {one_line(result.error_message or '')}"
@@ -270,7 +270,7 @@ class LiveDisplay(Display):
     def row_started(self, row_id: str) -> None:
         self._in_flight[row_id] = _InFlight(time.monotonic(), ProgressPhase.QUEUED)
 
-    def row_phase(self, row_id: str, phase: ProgressPhase) -> None:
+    def row_phase(self, row_id: str, phase: str) -> None:
         entry = self._in_flight.get(row_id)
         if entry is not None:
             entry.phase = phase

@@ -9,6 +9,7 @@ when the backend kept one for the row (Harbor), else in the run's ``errors/`` di
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,9 +24,9 @@ def keep_full_error(
     result: ExecutionResult, errors_dir: Path, name: str, mask: Callable[[str], str]
 ) -> None:
     """Write ``result.error_detail`` (masked with ``mask``: secrets never reach the file)
-    and point ``result.backend["error_log"]`` at it; nothing when the message was not cut.
+    and point ``result.backend.error_log`` at it; nothing when the message was not cut.
 
-    The file goes into ``result.backend["trial_dir"]`` when there is one, else to
+    The file goes into ``result.backend.trial_dir`` when there is one, else to
     ``errors_dir/<name>.txt``, ``name`` being the rollout's safe name
     (:mod:`osmo_run.sdk.names`: a row id is never a path). A file that cannot be written
     leaves the row without the pointer and says so in its ``warnings``: the row itself is
@@ -34,8 +35,8 @@ def keep_full_error(
     detail = result.error_detail
     if not detail:
         return
-    trial_dir = result.backend.get("trial_dir")
-    if isinstance(trial_dir, str) and Path(trial_dir).is_dir():
+    trial_dir = result.backend.trial_dir
+    if trial_dir is not None and Path(trial_dir).is_dir():
         path = Path(trial_dir) / TRIAL_ERROR_FILE
     else:
         path = errors_dir / f"{name}.txt"
@@ -52,4 +53,4 @@ def keep_full_error(
         return
     with contextlib.suppress(OSError):
         path.chmod(0o600)  # an existing file keeps its mode through O_TRUNC
-    result.backend["error_log"] = str(path)
+    result.backend = dataclasses.replace(result.backend, error_log=str(path))

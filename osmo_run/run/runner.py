@@ -235,8 +235,8 @@ class Runner:
         """Mask the run's secrets in the files of a directory the backend kept for the
         attempt (a trial's), in a thread: a trial's logs can be large, and the loop drives
         every other row meanwhile."""
-        kept = result.backend.get("trial_dir")
-        if isinstance(kept, str) and self._writer.secrets:
+        kept = result.backend.trial_dir
+        if kept is not None and self._writer.secrets:
             scrub = functools.partial(scrub_directory, Path(kept), self._writer.secrets)
             result.warnings.extend(await asyncio.get_running_loop().run_in_executor(None, scrub))
 

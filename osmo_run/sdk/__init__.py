@@ -15,6 +15,7 @@ from osmo_run.sdk.context import (
 )
 from osmo_run.sdk.types import (
     AgentWorkflowOutput,
+    BackendDetails,
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
@@ -32,6 +33,7 @@ __all__ = [
     "AgentWorkflowConfig",
     "AgentWorkflowContext",
     "AgentWorkflowOutput",
+    "BackendDetails",
     "ConcurrencyConfig",
     "ErrorCategory",
     "ExecutionRequest",

@@ -9,10 +9,21 @@ rows would overrun their deadlines and be blamed for it.
 
 * a *heartbeat* callback runs on the loop every :data:`STALL_CHECK_INTERVAL_SEC`; when it
   runs more than :data:`STALL_THRESHOLD_SEC` late, the loop was stalled for that long;
-* a *watchdog* thread wakes every :data:`STALL_SAMPLE_SEC` and, while the heartbeat is
-  overdue, asks which task holds the loop (``asyncio.current_task(loop)``) and whose rollout
-  that task belongs to (its context's rollout context, or :data:`rollout_owner` for a
-  grader: context variables every task a rollout's code creates inherits).
+* a *watchdog* thread wakes every :data:`STALL_SAMPLE_SEC` and, as soon as the heartbeat is
+  overdue at all, asks which task holds the loop (``asyncio.current_task(loop)``) and whose
+  rollout that task belongs to (its context's rollout context, or :data:`rollout_owner` for
+  a grader: context variables every task a rollout's code creates inherits). Looking from
+  the moment the heartbeat is due, not from when it is :data:`STALL_THRESHOLD_SEC` late,
+  gives the watchdog at least that long to see the holder of any stall that counts, so a
+  stall just past the threshold has its owner too.
+
+Who gets a stall's time: a rollout's own stalls count against it; a stall another rollout
+caused, or code outside any row (the runner itself), is added to the deadlines of the rows
+it held up. A stall the watchdog never saw (its thread starved for the whole stall) has no
+known owner: it may be the very row asking, so it extends no deadline (an unowned stall
+never rescues the row that caused it). Between two sightings the holder changed at an
+unknown moment; when a row was seen after code outside any row, the time between goes to
+the row, so a row is never excused for time that may have been its own.
 
 Nothing runs per task step, so the hot path pays nothing; the heartbeat and the watchdog
 cost a few microseconds every few tens of milliseconds. :meth:`LoopStallMonitor.during`
@@ -27,7 +38,9 @@ import contextvars
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from osmo_run.sdk.context import _current
 from osmo_run.sdk.deadlines import STALL_CHECK_INTERVAL_SEC, STALL_SAMPLE_SEC, STALL_THRESHOLD_SEC
@@ -70,10 +83,22 @@ def _owner_of(task: asyncio.Task[object] | None) -> str | None:
 @dataclass(frozen=True)
 class Stall:
     """``owner``'s code held the loop from ``start`` to ``end`` (``time.monotonic()``);
-    ``owner`` is ``None`` when no rollout's task was seen holding it."""
+    ``owner`` is ``None`` when no rollout's task was seen holding it. ``seen`` is false when
+    the watchdog did not look at all while it lasted: then nobody knows who held the loop."""
 
     start: float
     end: float
+    owner: str | None
+    seen: bool = True
+
+
+@dataclass(slots=True)
+class _Sighting:
+    """The watchdog saw ``owner`` (``None``: no rollout) hold the loop at every look from
+    ``first`` to ``last`` during one stall."""
+
+    first: float
+    last: float
     owner: str | None
 
 
@@ -91,18 +116,20 @@ class LoopStallMonitor:
     """Measures stalls of ``loop`` and who caused them; see the module docstring.
 
     Create and :meth:`start` it on the loop's thread; :meth:`close` stops it (the watchdog
-    also stops by itself once the loop is closed).
+    also stops by itself once the loop is closed). :meth:`add_beat_listener` lets other
+    periodic work (a sweep of deadlines) ride on the heartbeat instead of timers of its own.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._lock = threading.Lock()
         self._due = time.monotonic() + STALL_CHECK_INTERVAL_SEC
-        self._seen: list[tuple[float, str | None]] = []
-        """What the watchdog saw during the stall in progress: ``(first seen, owner)``."""
+        self._seen: list[_Sighting] = []
+        """Who the watchdog saw holding the loop during the stall in progress, in order."""
         self._stalls: deque[Stall] = deque(maxlen=MAX_STALLS_KEPT)
         self._stop = threading.Event()
         self._handle: asyncio.TimerHandle | None = None
+        self._listeners: list[Callable[[float], None]] = []
         self._thread = threading.Thread(target=self._watchdog, name="osmo-run-stalls", daemon=True)
 
     def start(self) -> None:
@@ -115,6 +142,14 @@ class LoopStallMonitor:
         if self._handle is not None:
             self._handle.cancel()
 
+    def add_beat_listener(self, listener: Callable[[float], None]) -> None:
+        """Call ``listener(now)`` on the loop's thread at every heartbeat (every
+        :data:`STALL_CHECK_INTERVAL_SEC`, later while the loop is stalled), once the stall
+        that delayed the beat, if any, is recorded: :meth:`during` then knows it. A listener
+        must not block; one that raises is reported by the loop's exception handler and
+        keeps being called."""
+        self._listeners.append(listener)
+
     def _beat(self) -> None:
         now = time.monotonic()
         with self._lock:
@@ -123,6 +158,13 @@ class LoopStallMonitor:
             self._seen = []
             self._due = now + STALL_CHECK_INTERVAL_SEC
         self._handle = self.loop.call_later(STALL_CHECK_INTERVAL_SEC, self._beat)
+        for listener in self._listeners:
+            try:
+                listener(now)
+            except Exception as exc:  # one listener's bug stops neither the beat nor the rest
+                self.loop.call_exception_handler(
+                    {"message": "stall monitor beat listener failed", "exception": exc}
+                )
 
     @property
     def _last_beat(self) -> float:
@@ -132,20 +174,30 @@ class LoopStallMonitor:
         return self._due - STALL_CHECK_INTERVAL_SEC
 
     def _segments(self, start: float, end: float) -> list[Stall]:
-        """The stall from ``start`` to ``end`` split by who held the loop; the first owner
-        seen also gets the time before the watchdog first looked."""
+        """The stall from ``start`` to ``end`` split by who held the loop (see the module
+        docstring): the first holder seen also gets the time before the watchdog first
+        looked; a row seen after code outside any row gets the time since the sighting
+        before; a stall nobody saw is one segment with ``seen`` false."""
         seen = self._seen
         if not seen:
-            return [Stall(start, end, None)]
-        starts = [start, *(at for at, _ in seen[1:])]
+            return [Stall(start, end, None, seen=False)]
+        starts = [start]
+        for before, after in pairwise(seen):
+            # a row seen after no row may have held the loop since the last look at no row
+            row_after_none = before.owner is None and after.owner is not None
+            starts.append(before.last if row_after_none else after.first)
         ends = [*starts[1:], end]
-        return [Stall(s, e, owner) for s, e, (_, owner) in zip(starts, ends, seen, strict=True)]
+        return [
+            Stall(s, e, sighting.owner)
+            for s, e, sighting in zip(starts, ends, seen, strict=True)
+            if e > s
+        ]
 
     def _watchdog(self) -> None:
         while not self._stop.wait(STALL_SAMPLE_SEC):
             if self.loop.is_closed():
                 return
-            if time.monotonic() - self._due <= STALL_THRESHOLD_SEC:
+            if time.monotonic() <= self._due:
                 continue
             try:
                 owner = _owner_of(asyncio.current_task(self.loop))
@@ -153,14 +205,17 @@ class LoopStallMonitor:
                 continue
             with self._lock:
                 now = time.monotonic()
-                if now - self._due <= STALL_THRESHOLD_SEC:
-                    continue  # the heartbeat ran meanwhile: that stall is over
-                if not self._seen or self._seen[-1][1] != owner:
-                    self._seen.append((now, owner))
+                if now <= self._due:
+                    continue  # the heartbeat ran meanwhile: the loop answers again
+                if self._seen and self._seen[-1].owner == owner:
+                    self._seen[-1].last = now
+                else:
+                    self._seen.append(_Sighting(now, now, owner))
 
     def during(self, since: float, owner: str) -> StallShare:
         """How the time from ``since`` to now was lost to stalls (the stall in progress
-        included), from the point of view of rollout ``owner``."""
+        included), from the point of view of rollout ``owner``; a stall nobody saw counts
+        neither way (see the module docstring)."""
         now = time.monotonic()
         with self._lock:
             stalls = [s for s in self._stalls if s.end > since]
@@ -169,6 +224,8 @@ class LoopStallMonitor:
         own = foreign = 0.0
         culprits: list[str] = []
         for stall in stalls:
+            if not stall.seen:
+                continue
             seconds = stall.end - max(stall.start, since)
             if stall.owner == owner:
                 own += seconds

@@ -11,8 +11,10 @@ import math
 import numbers
 import os
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from osmo_run.sdk.exits import ExitedWithoutReturning
@@ -346,6 +348,64 @@ def describe_exception(exc: BaseException) -> str:
     return text
 
 
+@dataclass(frozen=True, slots=True)
+class BackendDetails:
+    """What a backend (and the run) adds to a result about where the rollout ran; written
+    as the output record's ``backend`` object, holding only the fields that are set.
+
+    ``trial_name``, ``trial_id`` and ``environment`` name a Harbor trial; ``trial_dir`` is
+    the trial directory the backend kept (a failed row's, for debugging); ``error_log`` the
+    file holding the full text of an error whose message was cut to one line
+    (:mod:`osmo_run.run.full_errors`). ``other`` keeps keys this version does not know (a
+    record written by another version, or a known key holding something else than a
+    string), so a record read and written again keeps them. Immutable (one empty instance,
+    :data:`NO_BACKEND_DETAILS`, serves every result with none): change one with
+    ``dataclasses.replace``.
+    """
+
+    trial_name: str | None = None
+    trial_id: str | None = None
+    environment: str | None = None
+    trial_dir: str | None = None
+    error_log: str | None = None
+    other: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's ``backend`` object: the fields that are set, then ``other``."""
+        data: dict[str, Any] = {}
+        for name in _BACKEND_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
+        if self.other:
+            data.update(self.other)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object) -> BackendDetails:
+        """Read a record's ``backend`` value back; anything but an object (an old or
+        hand-edited record) reads as no details, never an error."""
+        if not isinstance(data, dict) or not data:
+            return NO_BACKEND_DETAILS
+        known: dict[str, str] = {}
+        other: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _BACKEND_FIELDS and isinstance(value, str):
+                known[key] = value
+            else:
+                other[key] = value
+        return cls(**known, other=MappingProxyType(other))
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled and deep-copied as its record form (a read-only mapping pickles not)."""
+        return BackendDetails.from_dict, (self.to_dict(),)
+
+
+_BACKEND_FIELDS = tuple(f.name for f in fields(BackendDetails) if f.name != "other")
+NO_BACKEND_DETAILS = BackendDetails()
+"""The details of a result no backend added to (shared: :class:`BackendDetails` is immutable)."""
+
+
 def _enum_value(value: enum.Enum | None) -> str | None:
     return None if value is None else str(value.value)
 
@@ -362,8 +422,9 @@ class ExecutionResult:
     (:func:`~osmo_run.sdk.messages.short_message`) and ``error_detail`` the full text when
     that line was cut from a longer one (``None`` otherwise); the run keeps the full text in
     a file the row's ``backend.error_log`` names, never in the row. ``grader_skipped``
-    says why a successful rollout was not graded. ``backend`` holds backend diagnostics
-    (trial id, trial directory) that go to the output file. ``usage`` is what the workflow
+    says why a successful rollout was not graded. ``backend`` holds what the backend
+    adds (:class:`BackendDetails`: trial id, kept trial directory, full error file), written
+    to the output file. ``usage`` is what the workflow
     spent on its model (``None`` when it made no model call that reported usage);
     ``grader_usage`` what the grader spent on its own (a judge model), counted apart.
     ``warnings`` says what
@@ -381,7 +442,7 @@ class ExecutionResult:
     grader_skipped: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
     timings: Timings = field(default_factory=Timings)
-    backend: dict[str, Any] = field(default_factory=dict)
+    backend: BackendDetails = NO_BACKEND_DETAILS
     usage: LLMUsage | None = None
     grader_usage: LLMUsage | None = None
     warnings: list[str] = field(default_factory=list)
@@ -439,8 +500,9 @@ class ExecutionResult:
 
     @property
     def extra(self) -> dict[str, Any]:
-        """The former name of :attr:`backend`."""
-        return self.backend
+        """The former name of :attr:`backend`, as the record's ``backend`` object (a copy:
+        change :attr:`backend` itself)."""
+        return self.backend.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON data: the output record's result fields (see
@@ -458,7 +520,7 @@ class ExecutionResult:
             "timings": self.timings.to_dict(),
             "sample": None if sample is None else sample.to_dict(),
             "info": self.info,
-            "backend": self.backend,
+            "backend": self.backend.to_dict(),
             "usage": None if self.usage is None else self.usage.to_dict(),
             "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
             "warnings": self.warnings,
@@ -489,7 +551,7 @@ class ExecutionResult:
             grader_skipped=data.get("grader_skipped"),
             info=dict(data.get("info") or {}),
             timings=Timings.from_dict(data.get("timings")),
-            backend=dict(data.get("backend") or {}),
+            backend=BackendDetails.from_dict(data.get("backend")),
             usage=LLMUsage.from_dict(data.get("usage")),
             grader_usage=LLMUsage.from_dict(data.get("grader_usage")),
             warnings=[str(w) for w in data.get("warnings") or []],

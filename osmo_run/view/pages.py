@@ -21,6 +21,7 @@ from osmo_run.run.finish import exit_code_for
 from osmo_run.run.records import OutputRecord, record_safe_name
 from osmo_run.run.report import Comparison, LoadedRun, compare
 from osmo_run.run.summary import RunSummary
+from osmo_run.sdk.types import BackendDetails
 from osmo_run.view import charts
 from osmo_run.view import derived as derived_cache
 from osmo_run.view.catalog import RunEntry
@@ -254,8 +255,8 @@ class RunView:
         backend = record.get("backend") if isinstance(record.get("backend"), dict) else {}
         trial_files: list[FileEntry] = []
         trial_note = None
-        trial_dir = backend.get("trial_dir") if backend else None
-        if isinstance(trial_dir, str) and trial_dir:
+        trial_dir = BackendDetails.from_dict(backend).trial_dir
+        if trial_dir:
             trial_path = Path(trial_dir)
             if not trial_path.is_absolute():
                 trial_path = root / trial_path

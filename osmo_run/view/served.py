@@ -25,6 +25,7 @@ from typing import Any
 
 from osmo_run.run.records import record_safe_name
 from osmo_run.run.runfiles import RunPaths
+from osmo_run.sdk.types import BackendDetails
 from osmo_run.view.files import FileEntry, relative_inside, resolve_inside
 from osmo_run.view.index import RowIndex
 
@@ -114,9 +115,8 @@ class ServedFiles:
         parts = _plain_parts(name)
         if parts is not None and len(parts) == 1:  # a hostile file's "safe_name": "../x"
             self.rollouts.add(name)
-        backend = record.get("backend")
-        trial_dir = backend.get("trial_dir") if isinstance(backend, dict) else None
-        if isinstance(trial_dir, str) and trial_dir and "\x00" not in trial_dir:
+        trial_dir = BackendDetails.from_dict(record.get("backend")).trial_dir
+        if trial_dir and "\x00" not in trial_dir:
             path = Path(trial_dir)
             if not path.is_absolute():
                 path = self.paths.directory / path

@@ -132,3 +132,16 @@ def test_a_run_records_the_blocker_as_the_one_failure(cli: CLI, tmp_path: Path) 
     assert "--isolation process" in records["blocker"]["error_message"]
     assert records["polite"]["status"] == "success"
     assert records["patient"]["status"] == "success"
+
+
+def test_a_row_blocking_just_past_its_deadline_is_the_timeout_every_time() -> None:
+    """A stall just past the threshold (0.15 s against a 0.05 s deadline) once had no owner
+    and excused the very row that caused it; the row that blocks is always the timeout,
+    whether or not the watchdog saw it (a stall nobody saw excuses no one)."""
+    for _ in range(3):
+        results = _run_together([make_request({"block": 0.15}, agent_sec=0.05, row_id="blocker")])
+        blocker = results["blocker"]
+        assert (blocker.error_category, blocker.error_phase) == (
+            ErrorCategory.TIMEOUT,
+            Phase.WORKFLOW,
+        ), (blocker.status, blocker.warnings)

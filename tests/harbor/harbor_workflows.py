@@ -11,6 +11,8 @@ behaviours in one run:
     ``answer`` (default) answers ``metadata.answer`` (default ``"42"``);
     ``raise`` raises ``RuntimeError``; ``sleep`` awaits ``metadata.sleep_sec``;
     ``block`` blocks the event loop forever with ``time.sleep``;
+    ``stall`` blocks it for ``metadata.stall_sec`` with ``time.sleep``, then answers;
+    ``nan_metric`` answers with a NaN metric ``score`` (dropped, with a warning);
     ``key`` reports ``len(get_rollout_context().llm.api_key)`` as the metric ``key_len``
     and, with ``metadata.chat``, answers what the spec's model endpoint replies;
     ``where`` reports the working directory and ``marker.txt`` in ``info``.
@@ -26,6 +28,7 @@ host's clock: containers share it) so tests can measure how many rows ran at onc
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 
@@ -60,6 +63,10 @@ class ScriptedWorkflow(AgentWorkflow):
             await asyncio.sleep(float(ctx.metadata.get("sleep_sec", 1.0)))
         elif action == "block":
             time.sleep(10**6)  # blocks the event loop: only a kill from outside ends it
+        elif action == "stall":
+            time.sleep(float(ctx.metadata.get("stall_sec", 0.15)))
+        elif action == "nan_metric":
+            metrics["score"] = math.nan
         elif action == "key":
             llm = get_rollout_context().llm
             key = llm.api_key if llm is not None else None

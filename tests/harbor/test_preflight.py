@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from harbor.trial.queue import TrialQueue
 
 from tests.conftest import require_extra
 
@@ -138,3 +140,24 @@ def test_health_reports_the_concurrency_limit(monkeypatch: pytest.MonkeyPatch) -
         "docker",
     )
     assert (health["queued"], health["running"]) == (0, 0)
+
+
+def test_the_window_is_osmo_runs_number_not_harbors_private_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """osmo-run once read ``TrialQueue._n_concurrent``: a Harbor release renaming it would
+    have dropped the runner's window to its default (256) without a word."""
+    monkeypatch.syspath_prepend(str(HERE))
+    made = TrialQueue.__init__
+
+    def renamed(queue: TrialQueue, *args: Any, **kwargs: Any) -> None:
+        made(queue, *args, **kwargs)
+        queue._harbor_renamed_it = vars(queue).pop("_n_concurrent")  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(TrialQueue, "__init__", renamed)
+    backend = HarborBackend(
+        task_dir=CALCULATOR_TASK,
+        workflow=WORKFLOW,
+        workflow_config=AgentWorkflowConfig(concurrency=ConcurrencyConfig(max_concurrent=5)),
+    )
+    assert backend.max_concurrency == backend.health()["max_concurrency"] == 5

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run import ErrorCategory, ExecutionResult, Phase, RolloutSample, RolloutStatus
+from osmo_run import (
+    BackendDetails,
+    ErrorCategory,
+    ExecutionResult,
+    Phase,
+    RolloutSample,
+    RolloutStatus,
+)
 from osmo_run.errors import OutputError
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import OutputRecord, record_dict, record_line
@@ -68,7 +75,7 @@ def test_records_round_trip_through_the_output_schema() -> None:
         status=RolloutStatus.SUCCESS,
         sample=RolloutSample([{"role": "assistant", "content": "x"}], {"turns": 2}, reward=0.5),
         info={"k": [1]},
-        backend={"trial": "t1"},
+        backend=BackendDetails.from_dict({"trial": "t1"}),
     )
     failure = ExecutionResult(
         rollout_id="b",

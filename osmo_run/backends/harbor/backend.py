@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import shutil
 import sys
@@ -27,7 +28,7 @@ from harbor.models.trial.result import TrialResult
 from harbor.trial.hooks import TrialEvent, TrialHookEvent
 from harbor.trial.queue import TrialQueue
 
-from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback
+from osmo_run.backends.base import ExecutionBackend, ResultCallback, deliver
 from osmo_run.backends.harbor import docker as docker_ops
 from osmo_run.backends.harbor.cleanup import (
     forget_staging,
@@ -84,6 +85,7 @@ from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
 from osmo_run.sdk.imports import import_path_of
 from osmo_run.sdk.names import docker_part
 from osmo_run.sdk.types import (
+    BackendDetails,
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
@@ -91,11 +93,25 @@ from osmo_run.sdk.types import (
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
+
+class TrialPhase(enum.StrEnum):
+    """Where a row's trial is, as the live display shows it (Harbor's lifecycle events)."""
+
+    STARTING = "starting"
+    """The trial was created."""
+    ENVIRONMENT = "environment"
+    """The trial's environment is starting."""
+    AGENT = "agent"
+    """The workflow runs inside the trial."""
+    VERIFIER = "verifier"
+    """The grader (or the task's tests) runs inside the trial."""
+
+
 _PHASES = {
-    TrialEvent.START: ProgressPhase.TRIAL_STARTING,
-    TrialEvent.ENVIRONMENT_START: ProgressPhase.ENVIRONMENT,
-    TrialEvent.AGENT_START: ProgressPhase.AGENT,
-    TrialEvent.VERIFICATION_START: ProgressPhase.VERIFIER,
+    TrialEvent.START: TrialPhase.STARTING,
+    TrialEvent.ENVIRONMENT_START: TrialPhase.ENVIRONMENT,
+    TrialEvent.AGENT_START: TrialPhase.AGENT,
+    TrialEvent.VERIFICATION_START: TrialPhase.VERIFIER,
 }
 
 
@@ -115,7 +131,10 @@ class HarborBackend(ExecutionBackend):
     """Run each row in its own Harbor trial environment.
 
     ``orchestrator`` is Harbor's ``TrialQueue`` (one with ``n_concurrent`` =
-    ``workflow_config.concurrency.max_concurrent`` is made when omitted). ``task_dir`` is the
+    ``workflow_config.concurrency.max_concurrent`` is made when omitted). osmo-run owns that
+    number: :attr:`max_concurrency` (the runner's window) is always
+    ``workflow_config.concurrency.max_concurrent``, never read back from a queue (Harbor
+    keeps it private), so give a queue of your own the same ``n_concurrent``. ``task_dir`` is the
     task every row runs in unless its metadata names another under ``tasks_root``.
     ``user_code_dir`` is copied into each trial (or into the prebuilt image) and put on the
     runner's import path. ``environment_config`` is Harbor's ``EnvironmentConfig`` (type,
@@ -142,6 +161,7 @@ class HarborBackend(ExecutionBackend):
     """
 
     cancel_grace_sec = HARBOR_INTERRUPT_GRACE_SEC
+    progress_phases: tuple[str, ...] = tuple(TrialPhase)
 
     def __init__(
         self,
@@ -201,10 +221,8 @@ class HarborBackend(ExecutionBackend):
         self._llm_api_key_env = llm_api_key_env
         self._judge = judge
         self._judge_api_key_env = judge_api_key_env
-        self._queue = orchestrator or TrialQueue(
-            n_concurrent=self._workflow_config.concurrency.max_concurrent
-        )
-        self._max_concurrency = int(getattr(self._queue, "_n_concurrent", 0))
+        self._max_concurrency = self._workflow_config.concurrency.max_concurrent
+        self._queue = orchestrator or TrialQueue(n_concurrent=self._max_concurrency)
         self._pending: dict[str, _Pending] = {}
         self._seq = self._started = self._ended = 0
         self._images: dict[Path, str] = {}
@@ -409,7 +427,9 @@ class HarborBackend(ExecutionBackend):
                 if isinstance(exc, InputError)
                 else ErrorCategory.INFRA_ERROR
             )
-            on_workflow_complete(ExecutionResult.failure(request.id, category, str(exc)))
+            failed = ExecutionResult.failure(request.id, category, str(exc))
+            if (awaiting := deliver(on_workflow_complete, failed)) is not None:
+                await awaiting
             return
         pending = _Pending(
             request=request,
@@ -425,14 +445,13 @@ class HarborBackend(ExecutionBackend):
             raise
         except Exception as exc:
             message = f"Harbor could not start the trial: {type(exc).__name__}: {exc}"
-            self._deliver(
-                pending, ExecutionResult.failure(request.id, ErrorCategory.INFRA_ERROR, message)
-            )
-            return
+            result = ExecutionResult.failure(request.id, ErrorCategory.INFRA_ERROR, message)
+        else:
+            result = self._finish(pending, trial_name, trial)
         finally:
             self._pending.pop(trial_name, None)
             shutil.rmtree(self._setup.inputs_dir(trial_name), ignore_errors=True)
-        self._finish(pending, trial_name, trial)
+        await self._deliver(pending, result)
 
     # -- per trial ------------------------------------------------------------------------
 
@@ -539,11 +558,14 @@ class HarborBackend(ExecutionBackend):
             if phase is not None:
                 self._report_progress(pending.request.id, phase)
             if event.event is TrialEvent.VERIFICATION_START:
-                self._report_workflow_done(pending)
-        except Exception:  # a display hiccup must not fail the trial
+                await self._report_workflow_done(pending)
+        except Exception:  # a display hiccup (or a callback's bug) must not fail the trial
             pass
 
-    def _report_workflow_done(self, pending: _Pending) -> None:
+    async def _report_workflow_done(self, pending: _Pending) -> None:
+        """``on_workflow_complete`` with the workflow's result (status ``GRADING``) when the
+        trial's verifier starts grading a successful workflow; awaited when async, so the
+        grader starts once the caller has taken the result, as on every backend."""
         if pending.on_grader_complete is None or pending.workflow_reported:
             return
         workflow = _read_json(pending.trial_dir / "agent" / AGENT_RESULT_FILE)
@@ -554,9 +576,12 @@ class HarborBackend(ExecutionBackend):
         result = ExecutionResult.from_dict(workflow)
         result.status = RolloutStatus.GRADING
         pending.workflow_reported = True
-        pending.on_workflow_complete(result)
+        if (awaiting := deliver(pending.on_workflow_complete, result)) is not None:
+            await awaiting
 
-    def _finish(self, pending: _Pending, trial_name: str, trial: TrialResult) -> None:
+    def _finish(self, pending: _Pending, trial_name: str, trial: TrialResult) -> ExecutionResult:
+        """The row's final result from what the trial left; its directory removed when the
+        row succeeded (and cleanup is on), else kept and named in ``backend.trial_dir``."""
         trial_dir = pending.trial_dir
         workflow = _read_json(trial_dir / "agent" / AGENT_RESULT_FILE)
         grader = _read_json(trial_dir / "verifier" / GRADER_RESULT_FILE)
@@ -568,24 +593,28 @@ class HarborBackend(ExecutionBackend):
         setup = _read_json(trial_dir / "agent" / SETUP_TIMINGS_FILE) or {}
         if isinstance(setup.get("dependencies_sec"), int | float):
             result.timings.dependencies_sec = float(setup["dependencies_sec"])
-        result.backend = {
-            "trial_name": trial_name,
-            "trial_id": str(trial.id),
-            "environment": environment_name(self._environment),
-        }
-        if result.ok and self._cleanup:
+        kept = not (result.ok and self._cleanup)
+        result.backend = BackendDetails(
+            trial_name=trial_name,
+            trial_id=str(trial.id),
+            environment=environment_name(self._environment),
+            trial_dir=str(trial_dir) if kept else None,
+        )
+        if not kept:
             shutil.rmtree(trial_dir, ignore_errors=True)
         else:
-            result.backend["trial_dir"] = str(trial_dir)
             with contextlib.suppress(OSError):
                 trial_dir.chmod(0o700)  # it holds the conversation: its owner's eyes only
-        self._deliver(pending, result)
+        return result
 
-    def _deliver(self, pending: _Pending, result: ExecutionResult) -> None:
-        if pending.workflow_reported and pending.on_grader_complete is not None:
-            pending.on_grader_complete(result)
-        else:
-            pending.on_workflow_complete(result)
+    async def _deliver(self, pending: _Pending, result: ExecutionResult) -> None:
+        """Hand the row's final result to ``on_grader_complete`` when the workflow's was
+        reported (graded rows), else to ``on_workflow_complete``; awaited when async."""
+        graded = pending.workflow_reported and pending.on_grader_complete is not None
+        callback = pending.on_grader_complete if graded else pending.on_workflow_complete
+        assert callback is not None
+        if (awaiting := deliver(callback, result)) is not None:
+            await awaiting
 
 
 def _import_paths(workflow: Any, grader: Any) -> tuple[str, str | None]:

@@ -19,6 +19,7 @@ from osmo_run.errors import DockerCommandError, InputError
 from osmo_run.run.report import LoadedRun
 from osmo_run.run.runfiles import iter_records
 from osmo_run.run.runlock import held_by_another, lock_path, run_locked
+from osmo_run.sdk.types import BackendDetails
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,8 @@ def referenced_trial_dirs(results: Path) -> set[Path]:
     resolved; none when the file does not exist yet."""
     if not results.is_file():
         return set()
-    return {
-        Path(str(record["backend"]["trial_dir"])).resolve()
-        for record in iter_records(results)
-        if isinstance(record.get("backend"), dict) and record["backend"].get("trial_dir")
-    }
+    kept = (BackendDetails.from_dict(record.get("backend")) for record in iter_records(results))
+    return {Path(details.trial_dir).resolve() for details in kept if details.trial_dir}
 
 
 def remove_unreferenced_trial_dirs(trials_dir: Path, results: Path) -> int:
