@@ -36,7 +36,7 @@ class DrainRate:
         span = now - self._finished[0]
         if span <= 0:
             return None
-        return (len(self._finished) - 1) / span
+        return len(self._finished) / span
 
 
 def retry_after_sec(

@@ -148,6 +148,7 @@ class ServeRun:
     def stop(self, reason: str = "stopped") -> None:
         """Begin the graceful stop (thread-safe only through the loop)."""
         self.stop_reason = self.stop_reason or reason
+        self.rollouts.refuse_new(SHUTDOWN_MESSAGE)
         if self._stopping is not None:
             self._stopping.set()
 
