@@ -173,11 +173,12 @@ def serve(
         breaker=None if run_spec.breaker is None else Breaker(run_spec.breaker),
         first_index=first_index,
     )
-    restored = serving.restore(results) if resume else 0
+    finished, again = serving.restore(results) if resume else (0, 0)
+    kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
     shown.start(
         0,
         f"osmo-run serve · concurrency {parallel} · queue {settings.max_queued} · "
-        f"output {results}" + (f" · {restored} results kept from before" if restored else ""),
+        f"output {results}{kept}",
     )
     code = run_serving(serving)
     raise typer.Exit(int(code))

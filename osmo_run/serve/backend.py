@@ -49,6 +49,10 @@ class ServedBackend(ExecutionBackend):
                 await pending
             return
         self._rollouts.started(request.id)
+        if request.id in self._rollouts.rerun_without_key:
+            on_workflow_complete = _noting(on_workflow_complete, KEY_NOT_KEPT)
+            if on_grader_complete is not None:
+                on_grader_complete = _noting(on_grader_complete, KEY_NOT_KEPT)
         try:
             await self.inner.execute(request, on_workflow_complete, on_grader_complete)
         finally:
@@ -76,6 +80,23 @@ class ServedBackend(ExecutionBackend):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+KEY_NOT_KEPT = (
+    "ran again after a restart without the request's llm_api_key (keys are never written "
+    "to disk); an endpoint that needs one refused it"
+)
+
+
+def _noting(callback: ResultCallback, warning: str) -> ResultCallback:
+    """``callback`` with ``warning`` added to the result it is handed."""
+
+    def noted(result: ExecutionResult) -> Any:
+        if warning not in result.warnings:
+            result.warnings.append(warning)
+        return callback(result)
+
+    return noted
 
 
 class ServedWriter(OutputWriter):

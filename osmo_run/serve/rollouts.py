@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmo_run.errors import OutputError
 from osmo_run.run.breaker import Breaker
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.runner import Runner, WorkItem
@@ -122,6 +123,8 @@ class ServedRollouts:
 
     ``add_secret`` receives each request's ``llm_api_key`` at admission (the run masks it
     everywhere). ``first_index`` numbers rollouts after those a resumed run recorded.
+    ``journal`` receives each admission (the request without its key, the lease hash)
+    before it is answered, for :meth:`readmit` after a crash.
     """
 
     def __init__(
@@ -131,11 +134,13 @@ class ServedRollouts:
         *,
         first_index: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        journal: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if settings.lease_sec <= settings.result_wait_sec:
             raise ValueError("the lease must outlast the result wait")
         self.settings = settings
         self._add_secret = add_secret
+        self._journal = journal
         self._clock = clock
         self._entries: dict[str, Served] = {}
         self._forgotten: set[str] = set()
@@ -150,6 +155,8 @@ class ServedRollouts:
         self._ended = False
         self._refusal: str | None = None
         self._next_index = first_index
+        self.rerun_without_key: set[str] = set()
+        """Rollouts queued again after a crash that had a model key, which was not kept."""
         self.gate = StartGate()
         self.breaker: Breaker | None = None
         """The run's breaker: once it has tripped, submissions are refused with its cause."""
@@ -202,6 +209,19 @@ class ServedRollouts:
         token, digest = new_lease()
         if request.llm_api_key:
             self._add_secret(request.llm_api_key)
+        if self._journal is not None:
+            try:
+                self._journal(
+                    {
+                        "rollout_id": rollout_id,
+                        "lease_sha256": digest,
+                        "initial_messages": request.initial_messages,
+                        "had_key": request.llm_api_key is not None,
+                        **request_fields(request),
+                    }
+                )
+            except OutputError as exc:
+                raise Refused(503, f"cannot record the admission: {exc}") from None
         entry = Served(
             rollout_id,
             Lease(digest, self.settings.lease_sec, now),
@@ -359,6 +379,41 @@ class ServedRollouts:
         )
         self._entries[rollout_id] = entry
         self._names[safe_name(rollout_id)] = rollout_id
+        return True
+
+    def readmit(self, admitted: dict[str, Any]) -> bool:
+        """Queue again a rollout admitted before a crash that never finished (``--resume``),
+        under its original lease hash and a fresh deadline. ``False`` when it finished (its
+        result was restored) or the journal line is not an admission. A rollout admitted
+        with a model key runs again without it (keys are never written down) and says so
+        in its warnings."""
+        rollout_id = admitted.get("rollout_id")
+        digest = admitted.get("lease_sha256")
+        if not isinstance(rollout_id, str) or not isinstance(digest, str):
+            return False
+        if rollout_id in self._entries:
+            return False
+        try:
+            request = RolloutRequest.model_validate(admitted)
+        except ValueError:
+            return False
+        now = self._clock()
+        item = self._work_item(request)
+        if admitted.get("had_key"):
+            self.rerun_without_key.add(rollout_id)
+        entry = Served(
+            rollout_id,
+            Lease(digest, self.settings.lease_sec, now),
+            request.label,
+            item,
+            now,
+            request=request_fields(request),
+        )
+        self._entries[rollout_id] = entry
+        self._names[safe_name(rollout_id)] = rollout_id
+        self._queue.append(entry)
+        self._queued += 1
+        self._wake.set()
         return True
 
     def request_fields(self, rollout_id: str) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,9 +29,10 @@ from osmo_run.errors import ExitCode, InputError
 from osmo_run.run.breaker import Breaker
 from osmo_run.run.display import Display
 from osmo_run.run.interrupts import interrupts_handled
+from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import record_dict, record_line
 from osmo_run.run.retry import RetryPolicy
-from osmo_run.run.runfiles import iter_records
+from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail
 from osmo_run.run.runner import Runner, WorkItem
 from osmo_run.sdk.rollout import run_to_completion
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult
@@ -63,32 +65,30 @@ def check_binding(host: str, api_key: str | None) -> None:
 
 
 def existing_results(path: Path, resume: bool, overwrite: bool) -> int:
-    """How many lines ``path`` holds once the flags are applied: refuses (one line) a
-    results file with lines unless ``--resume`` or ``--overwrite``; empties it for
+    """How many lines ``path`` holds once the flags are applied: refuses (one line) a run
+    with results or admissions unless ``--resume`` or ``--overwrite``; removes both for
     ``--overwrite``."""
     if path.is_dir():
         raise InputError(f"{path}: --output names a directory; give a .jsonl file")
-    if not path.is_file() or path.stat().st_size == 0:
+    admitted = RunPaths(path).admitted
+    held = [p for p in (path, admitted) if p.is_file() and p.stat().st_size > 0]
+    if not held:
         return 0
     if overwrite:
-        path.unlink()
+        for old in held:
+            old.unlink()
         return 0
     if not resume:
         raise InputError(
-            f"{path} already holds results: pass --resume to serve them again (their "
-            "lease tokens stay valid) or --overwrite to start afresh"
+            f"{held[0]} holds an earlier serving run: pass --resume to serve its results "
+            "again and finish what it admitted (lease tokens stay valid), or --overwrite "
+            "to start afresh"
         )
-    _drop_torn_tail(path)
+    if not path.is_file():
+        return 0
+    repair_torn_tail(path)
     with open(path, "rb") as handle:
         return sum(1 for line in handle if line.strip())
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line a crash left half-written (the rollout was not finished)."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as handle:
-            handle.truncate(data.rfind(b"\n") + 1)
 
 
 class ServeRun:
@@ -108,7 +108,10 @@ class ServeRun:
         first_index: int = 0,
     ) -> None:
         self.writer = ServedWriter(results, secrets)
-        self.rollouts = ServedRollouts(settings, self.writer.add_secret, first_index=first_index)
+        self.journal = OutputWriter(RunPaths(results).admitted)
+        self.rollouts = ServedRollouts(
+            settings, self.writer.add_secret, first_index=first_index, journal=self._journal
+        )
         self.rollouts.breaker = breaker
         self.writer.rollouts = self.rollouts
         self.backend = ServedBackend(backend, self.rollouts)
@@ -135,15 +138,31 @@ class ServeRun:
         self._stopping: asyncio.Event | None = None
         self.stop_reason: str | None = None
 
-    def restore(self, results: Path) -> int:
-        """Serve again what a results file holds (``--resume``); how many rollouts."""
-        count = 0
-        if not results.is_file():
-            return 0
-        for record in iter_records(results):
-            if record.get("served") and self.rollouts.restore(record):
-                count += 1
-        return count
+    def _journal(self, admitted: dict[str, Any]) -> None:
+        """Append one admission (the run's secrets masked) before it is answered."""
+        self.journal.write(record_line(self.writer.mask_values(admitted)))
+
+    def restore(self, results: Path) -> tuple[int, int]:
+        """``--resume``: serve again the results ``results`` holds, and queue again the
+        rollouts admitted before that never finished; ``(finished, queued again)``."""
+        finished = 0
+        if results.is_file():
+            for record in iter_records(results):
+                if record.get("served") and self.rollouts.restore(record):
+                    finished += 1
+        again = 0
+        admitted = RunPaths(results).admitted
+        if admitted.is_file():
+            repair_torn_tail(admitted)  # an admission cut short was never answered
+            with open(admitted, "rb") as handle:
+                for raw in handle:
+                    try:
+                        entry = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict) and self.rollouts.readmit(entry):
+                        again += 1
+        return finished, again
 
     def stop(self, reason: str = "stopped") -> None:
         """Begin the graceful stop (thread-safe only through the loop)."""
@@ -197,6 +216,7 @@ class ServeRun:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(serving, 5)
             self.writer.close()
+            self.journal.close()
             await self.backend.aclose()
             self.display.stop()
         return ExitCode.SYSTEMIC_FAILURE if self._tripped() else ExitCode.INTERRUPTED
