@@ -99,10 +99,11 @@ def serve(
     from osmo_run.cli.options import check_display, console
     from osmo_run.errors import InputError
     from osmo_run.run.breaker import Breaker
-    from osmo_run.run.display import make_display
+    from osmo_run.run.display import PlainDisplay, make_display
     from osmo_run.run.envfile import env_file_secrets
     from osmo_run.serve.rollouts import DEFAULT_MODEL_NAME, ServeSettings
     from osmo_run.serve.session import (
+        ServedPlainDisplay,
         ServeOptions,
         ServeRun,
         check_binding,
@@ -162,6 +163,8 @@ def serve(
     )
     out = console(stderr=True)
     shown = make_display(display, out)
+    if isinstance(shown, PlainDisplay):
+        shown = ServedPlainDisplay(out.file)
     serving = ServeRun(
         backend,
         results,
@@ -176,7 +179,7 @@ def serve(
     finished, again = serving.restore(results) if resume else (0, 0)
     kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
     shown.start(
-        0,
+        again,
         f"osmo-run serve · concurrency {parallel} · queue {settings.max_queued} · "
         f"output {results}{kept}",
     )

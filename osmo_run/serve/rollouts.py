@@ -77,7 +77,8 @@ class Served:
     rollout_id: str
     lease: Lease
     label: str | None
-    item: WorkItem
+    item: WorkItem | None
+    """What the runner runs; dropped once the rollout is recorded (its prompt is not kept)."""
     admitted_at: float
     status: RolloutStatus = RolloutStatus.QUEUED
     in_queue: bool = True
@@ -155,6 +156,8 @@ class ServedRollouts:
         self._ended = False
         self._refusal: str | None = None
         self._next_index = first_index
+        self.on_admitted: Callable[[], None] | None = None
+        """Told of each rollout admitted (or queued again on --resume): the display's total."""
         self.rerun_without_key: set[str] = set()
         """Rollouts queued again after a crash that had a model key, which was not kept."""
         self.gate = StartGate()
@@ -202,9 +205,8 @@ class ServedRollouts:
         now = self._clock()
         if self._queued >= self.settings.max_queued:
             self.refused_full += 1
-            wait = retry_after_sec(
-                self.drain, self._queued, self.settings.max_queued, self._oldest_age(now), now
-            )
+            oldest = 0.0 if self.drain.per_sec(now) else self._oldest_age(now)
+            wait = retry_after_sec(self.drain, self._queued, self.settings.max_queued, oldest, now)
             raise Refused(429, "rollout queue is full; retry later", {"Retry-After": str(wait)})
         token, digest = new_lease()
         if request.llm_api_key:
@@ -236,6 +238,8 @@ class ServedRollouts:
         self._queued += 1
         self.admitted += 1
         self._wake.set()
+        if self.on_admitted is not None:
+            self.on_admitted()
         return admission_answer(
             rollout_id, token, self.settings.result_wait_sec, self.settings.lease_sec
         )
@@ -281,6 +285,7 @@ class ServedRollouts:
                 entry = self._queue.popleft()
                 entry.in_queue = False
                 self._queued -= 1
+                assert entry.item is not None  # only recorded rollouts lose theirs
                 yield entry.item
                 continue
             if self._ended:
@@ -306,7 +311,7 @@ class ServedRollouts:
         left = list(self._ahead)
         self._ahead.clear()
         for entry in self._queue:
-            if entry.in_queue:
+            if entry.in_queue and entry.item is not None:
                 entry.in_queue = False
                 left.append(entry.item)
         self._queue.clear()
@@ -344,6 +349,7 @@ class ServedRollouts:
             else:  # from the record as written: the run's secrets masked
                 entry.answer = wire_result(ExecutionResult.from_dict(record), entry.label)
         entry.finished_at = now
+        entry.item = None
         self._set_status(entry, result.status)
 
     def _set_status(self, entry: Served, status: RolloutStatus) -> None:
@@ -363,13 +369,11 @@ class ServedRollouts:
         request = record.get("request") if isinstance(record.get("request"), dict) else {}
         label = request.get("label") if isinstance(request, dict) else None
         result = ExecutionResult.from_dict(record)
-        execution = ExecutionRequest(id=rollout_id, prompt=[])
-        row = DatasetRow(int(record.get("row_index") or 0), 0, rollout_id, execution)
         entry = Served(
             rollout_id,
             Lease(digest, self.settings.lease_sec, now),
             label if isinstance(label, str) else None,
-            WorkItem(row, 0, execution),
+            None,
             now,
             status=result.status,
             in_queue=False,
@@ -414,6 +418,8 @@ class ServedRollouts:
         self._queue.append(entry)
         self._queued += 1
         self._wake.set()
+        if self.on_admitted is not None:
+            self.on_admitted()
         return True
 
     def request_fields(self, rollout_id: str) -> dict[str, Any] | None:
@@ -493,6 +499,7 @@ class ServedRollouts:
         self._queued -= 1
         entry.answer = reply
         self.gate.hold(entry.rollout_id, reason)
+        assert entry.item is not None  # queued: not recorded yet
         self._ahead.append(entry.item)
         self._set_status(entry, RolloutStatus.CANCELLED)
         self._wake.set()

@@ -27,15 +27,16 @@ from typing import Any
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode, InputError
 from osmo_run.run.breaker import Breaker
-from osmo_run.run.display import Display
+from osmo_run.run.display import Display, PlainDisplay
 from osmo_run.run.interrupts import interrupts_handled
 from osmo_run.run.output import OutputWriter
 from osmo_run.run.records import record_dict, record_line
 from osmo_run.run.retry import RetryPolicy
 from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail
 from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.text import one_line
 from osmo_run.sdk.rollout import run_to_completion
-from osmo_run.sdk.types import ErrorCategory, ExecutionResult
+from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
 from osmo_run.serve.app import create_app
 from osmo_run.serve.backend import ServedBackend, ServedWriter
 from osmo_run.serve.rollouts import ServedRollouts, ServeSettings
@@ -113,6 +114,7 @@ class ServeRun:
             settings, self.writer.add_secret, first_index=first_index, journal=self._journal
         )
         self.rollouts.breaker = breaker
+        self.rollouts.on_admitted = display.admitted
         self.writer.rollouts = self.rollouts
         self.backend = ServedBackend(backend, self.rollouts)
         self.display = display
@@ -281,6 +283,22 @@ class ServeRun:
             f"cancelled, {in_flight} in flight given {self.options.shutdown_grace_sec:g}s "
             f"(the rest cancelled); results in {self.writer.path}"
         )
+
+
+class ServedPlainDisplay(PlainDisplay):
+    """``--display plain`` for a server: one line per finished rollout (a trainer's rollouts
+    arrive without end; a progress line alone would not say which finished), failures as
+    ``osmo-run local`` prints them."""
+
+    def row_finished(self, result: ExecutionResult) -> None:
+        if result.status is RolloutStatus.SUCCESS:
+            reward = "-" if result.reward is None else f"{result.reward:g}"
+            skipped = f" (not graded: {result.grader_skipped})" if result.grader_skipped else ""
+            self._print(
+                f"SUCCESS row {one_line(result.rollout_id)} reward {reward} "
+                f"in {result.timings.total_sec:.2f}s{skipped}"
+            )
+        super().row_finished(result)
 
 
 class _QuietServer:
