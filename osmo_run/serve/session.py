@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -190,14 +191,17 @@ class ServeRun:
             timeout_graceful_shutdown=2,
         )
         server = _QuietServer(config)
-        serving = asyncio.create_task(server.serve())
+        listening = _listen(self.options.host, self.options.port)
+        serving = asyncio.create_task(server.serve(sockets=[listening]))
         sweeper = asyncio.create_task(self.rollouts.sweep_forever())
         try:
             await self.backend.prepare()
             while not server.started:
                 if serving.done():
-                    serving.result()  # a bind failure raises here
-                    raise InputError(f"cannot listen on {self.options.host}:{self.options.port}")
+                    raise InputError(
+                        f"cannot serve on {self.options.host}:{self.options.port} "
+                        "(uvicorn stopped at start-up)"
+                    )
                 await asyncio.sleep(0.01)
             self.url = _bound_url(server, self.options.host)
             if ready is not None and not ready.done():
@@ -313,6 +317,17 @@ class _QuietServer:
                 yield
 
         return Server(config)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; one line (:class:`InputError`) when the address
+    is taken or cannot be used."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except (OSError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError(f"--host {host} --port {port}: cannot listen there: {reason}") from None
 
 
 def _bound_url(server: Any, host: str) -> str:

@@ -115,3 +115,22 @@ def test_kill_9_with_rollouts_in_flight_then_resume_loses_and_repeats_nothing(
     for path in results.parent.rglob("*"):
         if path.is_file():
             assert KEY not in path.read_text(errors="replace"), path
+
+
+def test_a_port_in_use_is_refused_in_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [
+                str(OSMO_RUN), "serve", "--workflow", "tests.workflows:ScriptedWorkflow",
+                "--code-dir", str(REPO), "--port", str(port), "--display", "none",
+            ],
+            cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: --host 127.0.0.1 --port {port}: cannot listen there: Address already in use"
+        f" (while attempting to bind on address ('127.0.0.1', {port}))"
+    ]
