@@ -1,10 +1,12 @@
-"""The HTTP face of ``osmo-run serve``: osmosis-ai 0.3.8's four routes on Starlette.
+"""The HTTP face of ``osmo-run serve``: osmosis-ai 0.3.8's four routes on Starlette, and
+``/metrics``.
 
 ``POST /rollout`` (202 with a lease token; 429 + ``Retry-After``; 409; 413; 422; 503),
 ``GET /rollout/{id}/result`` (long-poll under ``X-Osmosis-Rollout-Lease``; 403/404),
-``POST /rollout/cancel`` and ``GET /health``. With a server key every route needs
-``Authorization: Bearer <key>`` (compared in constant time), else 401. Every error body
-is ``{"detail": "<one line>"}``; no error ever quotes a request's model key.
+``POST /rollout/cancel``, ``GET /health`` and ``GET /metrics`` (Prometheus text). With a
+server key every route needs ``Authorization: Bearer <key>`` (compared in constant time),
+else 401. Every error body is ``{"detail": "<one line>"}``; no error ever quotes a request's
+model key.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -126,6 +128,7 @@ def create_app(
     counts answers (metrics)."""
 
     def answered(route: str, response: Response) -> Response:
+        rollouts.metrics.answered(route, response.status_code)
         if on_request is not None:
             on_request(route, response.status_code)
         return response
@@ -168,12 +171,17 @@ def create_app(
     async def health(request: Request) -> Response:
         return answered("health", WireJSON(rollouts.health(backend_health())))
 
+    async def metrics(request: Request) -> Response:
+        text = rollouts.metrics.render(rollouts.health(backend_health()))
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
     app: ASGIApp = Starlette(
         routes=[
             Route("/rollout", submit, methods=["POST"]),
             Route("/rollout/cancel", cancel, methods=["POST"]),
             Route("/rollout/{rollout_id:str}/result", result, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
         ]
     )
     if api_key is not None:

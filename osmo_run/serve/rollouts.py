@@ -29,6 +29,7 @@ from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
 from osmo_run.serve.admission import DrainRate, retry_after_sec
 from osmo_run.serve.leases import Lease, lease_matches, new_lease
+from osmo_run.serve.metrics import ServeMetrics
 from osmo_run.serve.protocol import (
     LEASE_EXPIRED_MESSAGE,
     RolloutRequest,
@@ -164,6 +165,7 @@ class ServedRollouts:
         self.breaker: Breaker | None = None
         """The run's breaker: once it has tripped, submissions are refused with its cause."""
         self.drain = DrainRate()
+        self.metrics = ServeMetrics()
         self.runner: Runner | None = None
         self.running = 0
         self.admitted = 0
@@ -339,6 +341,7 @@ class ServedRollouts:
         lease's answer, given earlier, stays)."""
         now = self._clock()
         self.drain.observe(now)
+        self.metrics.recorded(result)
         entry = self._entries.get(item.rollout_id)
         if entry is None:
             return

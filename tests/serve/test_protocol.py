@@ -407,3 +407,33 @@ def test_10000_admissions_racing_for_100_ids_admit_each_id_once(tmp_path: Path) 
         assert len(lines) == 100
 
     run(scenario())
+
+
+def test_metrics_count_answers_outcomes_and_durations_in_prometheus_text(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(tmp_path, concurrency=1, max_queued=1) as server:
+            good = await server.admitted("m1", metadata={"sleep": 0.2})
+            bad = await server.admitted("m2", metadata={"raise": "RateLimitError"})
+            assert (await server.submit("m3")).status_code == 429
+            await server.final("m1", good)
+            await server.final("m2", bad)
+            await server.recorded(2)
+            response = await server.client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        lines = set(response.text.splitlines())
+        for expected in [
+            "osmo_run_serve_admitted_total 2",
+            "osmo_run_serve_queue_full_total 1",
+            'osmo_run_serve_answers_total{route="submit",code="202"} 2',
+            'osmo_run_serve_answers_total{route="submit",code="429"} 1',
+            'osmo_run_serve_finished_total{status="success",category=""} 1',
+            'osmo_run_serve_finished_total{status="failure",category="rate_limit"} 1',
+            'osmo_run_serve_rollout_seconds_bucket{le="+Inf"} 2',
+            "osmo_run_serve_rollout_seconds_count 2",
+            "osmo_run_serve_queued 0",
+        ]:
+            assert expected in lines, expected
+        assert "m1" not in response.text  # ids are never labels
+
+    run(scenario())
