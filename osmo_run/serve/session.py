@@ -189,6 +189,9 @@ class ServeRun:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=2,
+            # trainers keep connections across long-polls and 429 back-offs: uvicorn's 5 s
+            # would close idle ones under a client that is about to reuse them
+            timeout_keep_alive=max(65, int(self.rollouts.settings.result_wait_sec) + 35),
         )
         server = _QuietServer(config)
         listening = _listen(self.options.host, self.options.port)
