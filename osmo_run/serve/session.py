@@ -280,8 +280,7 @@ class ServeRun:
             _, pending = await asyncio.wait({running}, timeout=self.options.shutdown_grace_sec)
             if pending:
                 self.runner.interrupt()
-            summary = await running
-            self._last_summary_total = summary.total
+            await running
         left = self.rollouts.unstarted()
         if left:
             self._record_unrun(left, "the server stopped before this rollout started")
