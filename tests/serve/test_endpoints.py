@@ -125,3 +125,35 @@ def test_a_chat_url_that_refuses_connections_is_the_endpoints_failure_then_503(
         assert KEY not in _every_output(tmp_path)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "workflow",
+    ["tests.llm.test_openai_agents:AddAgentWorkflow", "tests.llm.test_strands:AddStrandsWorkflow"],
+)
+def test_the_agent_integrations_use_each_rollouts_endpoint_one_client_per_endpoint(
+    tmp_path: Path, stub: StubModel, second_stub: StubModel, workflow: str
+) -> None:
+    async def scenario() -> dict[str, int]:
+        async with serving(tmp_path, workflow=workflow, grader=None, concurrency=3) as s:
+            question = "What is 17 + 25? Use the add tool."
+            tokens = {
+                "a1": await s.admitted("a1", url=stub.base_url, llm_api_key=KEY, content=question),
+                "a2": await s.admitted("a2", url=stub.base_url, llm_api_key=KEY, content=question),
+                "b1": await s.admitted(
+                    "b1", url=second_stub.base_url, llm_api_key=OTHER_KEY, content=question
+                ),
+            }
+            answers = {rid: await s.final(rid, token) for rid, token in tokens.items()}
+            for rid, answer in answers.items():
+                assert answer["status"] == "success", (rid, answer)
+                assert answer["sample"]["messages"][-1]["content"] == "The sum is 42."
+            created = dict(s.run.backend.inner.model_clients.created)  # type: ignore[attr-defined]
+        return created
+
+    created = asyncio.run(scenario())
+    assert {r.auth for r in stub.requests} == {f"Bearer {KEY}"}
+    assert {r.auth for r in second_stub.requests} == {f"Bearer {OTHER_KEY}"}
+    assert len(stub.requests) == 4 and len(second_stub.requests) == 2  # two calls a rollout
+    assert sum(created.values()) == 2  # one client per endpoint, shared by its rollouts
+    assert KEY not in _every_output(tmp_path) and OTHER_KEY not in _every_output(tmp_path)
