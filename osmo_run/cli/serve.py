@@ -131,6 +131,11 @@ def serve(
         display=display,
     )
     run_spec = load_run_spec(flags, isolation=isolation)
+    if run_spec.judge is not None and run_spec.judge.embedded:
+        raise InputError(
+            "judge: embedded is not started by osmo-run serve yet; give the judge a base_url "
+            "(each rollout's own model comes from its request)"
+        )
     api_key = _server_key(api_key_env)
     check_binding(host, api_key)
     results = run_spec.output or _default_output(spec, run_spec.workflow)

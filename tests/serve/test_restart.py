@@ -134,3 +134,24 @@ def test_a_port_in_use_is_refused_in_one_line(tmp_path: Path) -> None:
         f"error: --host 127.0.0.1 --port {port}: cannot listen there: Address already in use"
         f" (while attempting to bind on address ('127.0.0.1', {port}))"
     ]
+
+
+def test_refusals_before_listening_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    from tests.conftest import CLI
+
+    cli = CLI(tmp_path)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("workflow: tests.workflows:ScriptedWorkflow\njudge: embedded\n")
+    base = ["serve", "--workflow", "tests.workflows:ScriptedWorkflow", "--code-dir", REPO]
+    cases = [
+        ([*base, "--host", "0.0.0.0"], "error: --host 0.0.0.0 listens beyond this machine"),
+        ([*base, "--api-key-env", "OSMO_RUN_NO_SUCH_VAR"], "error: --api-key-env"),
+        ([*base, "--lease-timeout", "5", "--result-wait", "10"], "error: --lease-timeout"),
+        (["serve", "--spec", spec, "--code-dir", REPO], "error: judge: embedded is not started"),
+        ([*base, "--display", "fancy"], "error: --display: 'fancy' is not one of"),
+    ]
+    for args, first in cases:
+        proc = cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith(first), line
