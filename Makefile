@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml scripts/find-python scripts/install-embedded-llm.sh
 	@test -x $(PY) || "$$(scripts/find-python)" -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[harbor,daytona,dev,embedded,view,math,json,parquet]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[harbor,daytona,dev,embedded,view,serve,math,json,parquet]'
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[openai-agents,strands]'
 	scripts/install-embedded-llm.sh $(VENV)
 	@touch $(STAMP)

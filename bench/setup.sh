@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create bench/.venvs/osmosis: a Python >= 3.12 virtual environment with osmosis-ai 0.3.8,
-# the comparison point of workload 1. Idempotent: does nothing when it is already there.
+# the comparison point of workload 1 and the trainer tests/serve drive `osmo-run serve` with
+# (.ci/run calls this). Idempotent: does nothing when it is already there.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 venv="$here/.venvs/osmosis"

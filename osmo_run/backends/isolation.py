@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import PROCESS_KILL_MARGIN_SEC, PROCESS_START_LIMIT_SEC, with_margin
 from osmo_run.sdk.exits import exited_message
 from osmo_run.sdk.sandbox import (
@@ -67,17 +68,29 @@ class ProcessPhaseRunner:
         self._counter = 0
 
     async def run(
-        self, phase: str, spec: dict[str, Any], rollout_id: str, timeout_sec: float | None
+        self,
+        phase: str,
+        spec: dict[str, Any],
+        rollout_id: str,
+        timeout_sec: float | None,
+        own_llm: LLMEndpoint | None = None,
     ) -> ExecutionResult:
         """Run ``phase`` (``workflow`` or ``grader``) on ``spec``; a killed or crashed child
-        becomes a failure result, never an exception (cancellation aside)."""
+        becomes a failure result, never an exception (cancellation aside). ``own_llm``: the
+        rollout's own endpoint (a served request's), whose key (or none) the child gets in
+        place of the run's: the run's key must never reach another endpoint."""
+        env = self._env
+        if own_llm is not None:
+            env = {k: v for k, v in self._env.items() if k != API_KEY_ENV}
+            if own_llm.api_key:
+                env[API_KEY_ENV] = own_llm.api_key
         self._counter += 1
         stem = self._dir / f"{self._counter}-{phase}"
         input_path, result_path = stem.with_suffix(".in.json"), stem.with_suffix(".out.json")
         input_path.write_text(json.dumps(spec), encoding="utf-8")
         read_fd, write_fd = os.pipe()
         try:
-            process = await self._spawn(phase, input_path, result_path, write_fd)
+            process = await self._spawn(phase, input_path, result_path, write_fd, env)
         finally:
             os.close(write_fd)
         output = asyncio.ensure_future(process.communicate())
@@ -100,7 +113,12 @@ class ProcessPhaseRunner:
         return _read_result(phase, rollout_id, result_path, process.returncode, output.result()[0])
 
     async def _spawn(
-        self, phase: str, input_path: Path, result_path: Path, started_fd: int
+        self,
+        phase: str,
+        input_path: Path,
+        result_path: Path,
+        started_fd: int,
+        env: dict[str, str],
     ) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             sys.executable,
@@ -109,7 +127,7 @@ class ProcessPhaseRunner:
             phase,
             str(input_path),
             str(result_path),
-            env={**self._env, STARTED_FD_ENV: str(started_fd), SUPERVISED_ENV: "1"},
+            env={**env, STARTED_FD_ENV: str(started_fd), SUPERVISED_ENV: "1"},
             pass_fds=(started_fd,),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

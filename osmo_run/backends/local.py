@@ -172,17 +172,19 @@ class LocalBackend(ExecutionBackend):
     async def _workflow_phase(
         self, request: ExecutionRequest, stalls: LoopStallMonitor | None
     ) -> ExecutionResult:
+        llm = self._llm if request.llm is None else request.llm  # a served request's own
         if self._isolated is None:
             return await run_workflow_phase(
                 request,
                 self._workflow,
                 self._workflow_config,
-                self._llm,
+                llm,
                 self._artifacts_root,
                 stalls=stalls,
             )
-        spec = workflow_input(request, self._workflow_path, self._workflow_config, self._llm)
-        return await self._isolated.run("workflow", spec, request.id, request.agent_timeout_sec)
+        spec = workflow_input(request, self._workflow_path, self._workflow_config, llm)
+        timeout = request.agent_timeout_sec
+        return await self._isolated.run("workflow", spec, request.id, timeout, request.llm)
 
     async def _grader_phase(
         self,

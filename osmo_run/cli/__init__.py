@@ -16,6 +16,7 @@ from osmo_run.cli.init import init
 from osmo_run.cli.local import local
 from osmo_run.cli.options import expand_bare_retry_errors
 from osmo_run.cli.reports import regrade, report
+from osmo_run.cli.serve import serve
 from osmo_run.cli.validate import validate
 from osmo_run.cli.view import view
 from osmo_run.errors import ExitCode, OsmoRunError
@@ -57,6 +58,7 @@ def _options(
 
 app.command()(local)
 app.command()(harbor)
+app.command()(serve)
 app.command()(report)
 app.command()(regrade)
 app.command()(validate)

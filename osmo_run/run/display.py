@@ -50,6 +50,10 @@ class Display:
     def start(self, total: int, description: str) -> None:
         """The run starts ``total`` rollouts; ``description`` says what runs where."""
 
+    def admitted(self, count: int = 1) -> None:
+        """``count`` more rollouts joined the run (``osmo-run serve`` admitted them): the
+        run's total grows."""
+
     def row_started(self, row_id: str) -> None:
         """A rollout was dispatched to the backend."""
 
@@ -152,6 +156,9 @@ class PlainDisplay(Display):
         self._counts.total = total
         self._next_progress = time.monotonic() + self._interval
         self._print(description)
+
+    def admitted(self, count: int = 1) -> None:
+        self._counts.total += count
 
     def row_retrying(
         self,
@@ -266,6 +273,9 @@ class LiveDisplay(Display):
         self._description = description
         self._live = Live(self, console=self._console, refresh_per_second=4, transient=False)
         self._live.start()
+
+    def admitted(self, count: int = 1) -> None:
+        self._counts.total += count
 
     def row_started(self, row_id: str) -> None:
         self._in_flight[row_id] = _InFlight(time.monotonic(), ProgressPhase.QUEUED)

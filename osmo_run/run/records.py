@@ -92,6 +92,14 @@ class OutputRecord(BaseModel):
     made none."""
     warnings: list[str] = []
     """What went wrong without failing the rollout, one sentence each."""
+    served: bool = False
+    """``osmo-run serve``: the rollout came from a trainer over HTTP (absent otherwise)."""
+    lease_sha256: str | None = None
+    """``osmo-run serve``: the SHA-256 of the rollout's polling-lease token (never the
+    token), so a restarted server checks the trainer's token against it."""
+    request: dict[str, Any] | None = None
+    """``osmo-run serve``: the trainer's request (label, metadata, grade, timeouts, model
+    URL), without its prompt (the sample holds it) or its model key."""
 
 
 def record_problem(record: object) -> str | None:

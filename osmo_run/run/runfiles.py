@@ -62,6 +62,12 @@ class RunPaths:
         return self._sibling(".attempts.jsonl")
 
     @property
+    def admitted(self) -> Path:
+        """``osmo-run serve``: every rollout admitted, as admitted (no model key), so a
+        restarted server runs again those the crash left unfinished."""
+        return self._sibling(".admitted.jsonl")
+
+    @property
     def artifacts(self) -> Path:
         return self.directory / "artifacts"
 

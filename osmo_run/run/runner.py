@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,14 @@ class _Flight:
     item: WorkItem
     started: float
     recorded: bool = False
+    task: asyncio.Task[None] | None = None
+    cancel_reason: str | None = None
+    """Set by :meth:`Runner.cancel`: the message the rollout is recorded as cancelled with."""
+
+
+RecordedHook = Callable[[WorkItem, ExecutionResult, dict[str, Any]], None]
+"""Called once per rollout right after its record line is written: the item, its final
+result and the record as written (secrets masked)."""
 
 
 class Runner:
@@ -126,8 +134,10 @@ class Runner:
         stats: SummaryBuilder | None = None,
         fail_fast: bool = False,
         breaker: Breaker | None = None,
+        on_recorded: RecordedHook | None = None,
     ) -> None:
         self._backend = backend
+        self._on_recorded = on_recorded
         self._writer = writer
         self._display = display
         self._window = window or backend.max_concurrency or DEFAULT_WINDOW
@@ -143,6 +153,8 @@ class Runner:
         self._breaker = breaker
         self._halt: asyncio.Event | None = None
         """Set when the breaker trips: wakes rows waiting to retry."""
+        self._stop: asyncio.Event | None = None
+        """Set on an interrupt or when dispatching stops: wakes a wait for the next item."""
         backend.set_progress_listener(display.row_phase)
 
     @property
@@ -158,6 +170,19 @@ class Runner:
             task.cancel()
         if self._wake is not None:
             self._wake.set()
+        if self._stop is not None:
+            self._stop.set()
+
+    def cancel(self, rollout_id: str, reason: str) -> bool:
+        """Cancel the rollout ``rollout_id`` if it is waiting or in flight: it is recorded
+        once as ``cancelled`` with ``reason`` as its message. Returns ``False`` when the id
+        is not known (finished, or never seen). Other rollouts are untouched."""
+        flight = self._flights.get(rollout_id)
+        if flight is None or flight.recorded or flight.task is None or flight.task.done():
+            return False
+        flight.cancel_reason = reason
+        flight.task.cancel()
+        return True
 
     def _record(
         self,
@@ -207,8 +232,12 @@ class Runner:
         skipped = result.grader_skipped  # the summary counts it as written: masked
         self._stats.add_result(result, row.index, skipped and self._writer.mask(skipped))
         self._display.row_finished(result)
+        if self._on_recorded is not None:
+            self._on_recorded(item, result, record)
         if self._fail_fast and not result.ok and not self._stopped_early:
             self._stopped_early = True  # dispatch stops; rows in flight still finish
+            if self._stop is not None:
+                self._stop.set()
             self._display.message("fail-fast: a rollout failed; no further rows are started")
         if self._breaker is not None:
             self._watch(self._breaker, result, row.row_id)
@@ -247,6 +276,8 @@ class Runner:
         if trip is None:
             return
         self._stopped_early = True
+        if self._stop is not None:
+            self._stop.set()
         trip.in_flight = sum(1 for f in self._flights.values() if not f.recorded)
         if self._halt is not None:
             self._halt.set()
@@ -357,7 +388,12 @@ class Runner:
                 flight.started = time.monotonic()
             self._record(flight, result, attempt, attempts, masked)
         except asyncio.CancelledError:
-            self._record(flight, _cancelled(item), attempt, attempts)
+            cancelled = _cancelled(item)
+            if flight.cancel_reason is not None:
+                cancelled = ExecutionResult.failure(
+                    item.rollout_id, ErrorCategory.CANCELLED, flight.cancel_reason, None
+                )
+            self._record(flight, cancelled, attempt, attempts)
         except Exception as exc:  # a bug in recording: the run must not end as if it passed
             self._fatal = exc
             self.interrupt()
@@ -375,25 +411,24 @@ class Runner:
             await asyncio.sleep(1.0)
             self._display.tick()
 
-    async def run(self, items: Iterable[WorkItem]) -> RunSummary:
-        """Run every item (until interrupted) and return the summary of the whole run."""
+    async def run(self, items: Iterable[WorkItem] | AsyncIterable[WorkItem]) -> RunSummary:
+        """Run every item (until interrupted) and return the summary of the whole run.
+
+        With an async iterable, a free worker awaits the next item (none is taken while
+        every slot is busy); the run ends when the iterable ends, or on an interrupt."""
         self._wake = asyncio.Event()
         self._halt = asyncio.Event()
+        self._stop = asyncio.Event()
         ticker = asyncio.create_task(self._ticker())
         try:
-            for item in items:
-                while len(self._tasks) >= self._window and not self._interrupted:
-                    self._wake.clear()
-                    await self._wake.wait()
-                if self._interrupted or self._stopped_early:
-                    break
-                flight = _Flight(item, time.monotonic())
-                self._flights[item.rollout_id] = flight
-                self._display.row_started(item.rollout_id)
-                task = start_task(self._run_one(flight))
-                if not task.done():  # an eager task may have finished already
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+            if isinstance(items, AsyncIterable):
+                await self._dispatch_async(aiter(items))
+            else:
+                for item in items:
+                    await self._free_slot()
+                    if self._interrupted or self._stopped_early:
+                        break
+                    self._dispatch(item)
             await self._drain()
         finally:
             ticker.cancel()
@@ -403,6 +438,50 @@ class Runner:
         summary.stopped_early = self._stopped_early
         summary.breaker = None if self._breaker is None else self._breaker.tripped
         return summary
+
+    async def _free_slot(self) -> None:
+        """Until fewer than ``window`` rows are in flight, or the run is interrupted."""
+        assert self._wake is not None
+        while len(self._tasks) >= self._window and not self._interrupted:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _dispatch_async(self, items: AsyncIterator[WorkItem]) -> None:
+        """Dispatch items as ``items`` yields them, taking one only when a slot is free;
+        an interrupt or a stop (fail-fast, the breaker) ends the wait for the next."""
+        assert self._stop is not None
+        while True:
+            await self._free_slot()
+            if self._interrupted or self._stopped_early:
+                return
+            following = asyncio.ensure_future(anext(items))
+            stopping = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                return
+            try:
+                item = following.result()
+            except StopAsyncIteration:
+                return
+            if self._interrupted or self._stopped_early:
+                return
+            self._dispatch(item)
+
+    def _dispatch(self, item: WorkItem) -> None:
+        flight = _Flight(item, time.monotonic())
+        self._flights[item.rollout_id] = flight
+        self._display.row_started(item.rollout_id)
+        task = start_task(self._run_one(flight))
+        if not task.done():  # an eager task may have finished already
+            flight.task = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _drain(self) -> None:
         """Wait for in-flight rows; after an interrupt, give them ``INTERRUPT_GRACE_SEC`` (or

@@ -15,11 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from osmo_run.sdk.exits import ExitedWithoutReturning
 from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.names import safe_name
+
+if TYPE_CHECKING:  # context.py imports this module
+    from osmo_run.sdk.context import LLMEndpoint
 
 Message = dict[str, Any]
 """One chat message: ``{"role": ..., "content": ...}`` plus optional tool-call fields."""
@@ -225,6 +228,9 @@ class ExecutionRequest:
     grader_timeout_sec: float | None = None
     grade: bool = True
     name: str | None = None
+    llm: LLMEndpoint | None = None
+    """This rollout's own model endpoint, used instead of the run's (``osmo-run serve``:
+    the trainer's URL and key from the request); ``None``: the run's."""
 
     @property
     def safe_name(self) -> str:

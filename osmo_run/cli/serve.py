@@ -1,0 +1,213 @@
+"""``osmo-run serve``: rollouts for a trainer over osmosis-ai's rollout protocol."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from osmo_run.cli.options import EnvFileOption
+
+DEFAULT_QUEUE_FACTOR = 4
+"""``--max-queued`` defaults to this many times the concurrency."""
+
+
+def serve(
+    spec: Annotated[Path | None, typer.Option("--spec", "-s", help="YAML run spec.")] = None,
+    workflow: Annotated[
+        str | None, typer.Option(help="Workflow as module:Class (overrides the spec).")
+    ] = None,
+    grader: Annotated[
+        str | None, typer.Option(help="Grader as module:Class (overrides the spec).")
+    ] = None,
+    code_dir: Annotated[
+        Path | None, typer.Option(help="Directory the workflow's package imports from.")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free).")] = 8080,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Results JSONL [default: the spec's output, else "
+            "runs/serve-<hash>/results.jsonl, <hash> of the spec and workflow].",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", "-c", min=1, help="Rollouts in flight.")
+    ] = None,
+    max_queued: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help=f"Rollouts admitted beyond those in flight; more answer 429 "
+            f"[default: {DEFAULT_QUEUE_FACTOR} × the concurrency].",
+        ),
+    ] = None,
+    isolation: Annotated[
+        str | None, typer.Option(help="none (default) or process: each rollout in a child.")
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            "--auth-token-env",
+            help="Environment variable holding the server key: every route then needs "
+            "Authorization: Bearer <key>. Required to listen beyond 127.0.0.1.",
+        ),
+    ] = None,
+    display: Annotated[str, typer.Option(help="auto, live, plain or none.")] = "auto",
+    resume: Annotated[
+        bool,
+        typer.Option(help="Serve again the results --output holds (their tokens stay valid)."),
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="Start afresh over an earlier run.")] = False,
+    agent_timeout: Annotated[
+        float | None, typer.Option(help="Workflow deadline when a request gives none, seconds.")
+    ] = None,
+    grader_timeout: Annotated[
+        float | None, typer.Option(help="Grader deadline when a request gives none, seconds.")
+    ] = None,
+    result_wait: Annotated[
+        float, typer.Option(min=0.01, help="Seconds a result read waits for a change.")
+    ] = 30.0,
+    lease_timeout: Annotated[
+        float,
+        typer.Option(min=0.02, help="Seconds a lease lasts unread (more than --result-wait)."),
+    ] = 120.0,
+    shutdown_grace: Annotated[
+        float, typer.Option(min=0, help="Seconds rollouts in flight get on SIGTERM/Ctrl-C.")
+    ] = 10.0,
+    breaker: Annotated[
+        int | None,
+        typer.Option(min=1, help="Refuse submissions (503) after K alike systemic failures."),
+    ] = None,
+    no_breaker: Annotated[bool, typer.Option("--no-breaker", help="No breaker.")] = False,
+    env_file: EnvFileOption = None,
+) -> None:
+    """Serve rollouts to a trainer over osmosis-ai's rollout protocol (POST /rollout,
+    long-polled results): the same workflows, graders, retries, breaker and results file
+    as `osmo-run local`, rows arriving over HTTP."""
+    from osmo_run.backends.local import LocalBackend
+    from osmo_run.cli.flags import RunFlags
+    from osmo_run.cli.launch import load_run_spec
+    from osmo_run.cli.options import check_display, console
+    from osmo_run.errors import InputError
+    from osmo_run.run.breaker import Breaker
+    from osmo_run.run.display import PlainDisplay, make_display
+    from osmo_run.run.envfile import env_file_secrets
+    from osmo_run.serve.rollouts import DEFAULT_MODEL_NAME, ServeSettings
+    from osmo_run.serve.session import (
+        ServedPlainDisplay,
+        ServeOptions,
+        ServeRun,
+        check_binding,
+        existing_results,
+        run_serving,
+    )
+
+    check_display(display)
+    if not all(importlib.util.find_spec(name) for name in ("uvicorn", "starlette")):
+        raise InputError("osmo-run serve needs starlette and uvicorn: pip install osmo-run[serve]")
+    if lease_timeout <= result_wait:
+        raise InputError("--lease-timeout must be longer than --result-wait")
+    flags = RunFlags(
+        spec=spec,
+        workflow=workflow,
+        grader=grader,
+        code_dir=code_dir,
+        output=output,
+        concurrency=concurrency,
+        agent_timeout=agent_timeout,
+        grader_timeout=grader_timeout,
+        breaker=breaker,
+        no_breaker=no_breaker,
+        env_file=env_file,
+        display=display,
+    )
+    run_spec = load_run_spec(flags, isolation=isolation)
+    if run_spec.judge is not None and run_spec.judge.embedded:
+        raise InputError(
+            "judge: embedded is not started by osmo-run serve yet; give the judge a base_url "
+            "(each rollout's own model comes from its request)"
+        )
+    api_key = _server_key(api_key_env)
+    check_binding(host, api_key)
+    results = run_spec.output or _default_output(spec, run_spec.workflow)
+    first_index = existing_results(results, resume, overwrite)
+    llm = run_spec.llm.endpoint() if run_spec.llm is not None else None
+    judge = run_spec.judge.endpoint() if run_spec.judge is not None else None
+    secrets = tuple(
+        key for key in (llm and llm.api_key, judge and judge.api_key) if key
+    ) + env_file_secrets(env_file)
+    config = run_spec.build_workflow_config()
+    parallel = config.concurrency.max_concurrent
+    backend = LocalBackend(
+        run_spec.workflow,
+        config,
+        run_spec.grader,
+        run_spec.build_grader_config(),
+        llm=llm,
+        judge=judge,
+        artifacts_root=results.parent / "artifacts",
+        isolation=run_spec.isolation,
+        code_dir=run_spec.code_dir or Path.cwd(),
+    )
+    settings = ServeSettings(
+        max_queued=max_queued or DEFAULT_QUEUE_FACTOR * parallel,
+        result_wait_sec=result_wait,
+        lease_sec=lease_timeout,
+        model_name=(run_spec.llm.model if run_spec.llm else None) or DEFAULT_MODEL_NAME,
+        agent_timeout_sec=run_spec.timeouts.agent_sec,
+        grader_timeout_sec=run_spec.timeouts.grader_sec,
+    )
+    out = console(stderr=True)
+    shown = make_display(display, out)
+    if isinstance(shown, PlainDisplay):
+        shown = ServedPlainDisplay(out.file)
+    serving = ServeRun(
+        backend,
+        results,
+        settings,
+        ServeOptions(host=host, port=port, api_key=api_key, shutdown_grace_sec=shutdown_grace),
+        shown,
+        secrets=secrets,
+        retry=run_spec.retries.policy(),
+        breaker=None if run_spec.breaker is None else Breaker(run_spec.breaker),
+        first_index=first_index,
+    )
+    finished, again = serving.restore(results) if resume else (0, 0)
+    kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
+    shown.start(
+        again,
+        f"osmo-run serve · concurrency {parallel} · queue {settings.max_queued} · "
+        f"output {results}{kept}",
+    )
+    code = run_serving(serving)
+    raise typer.Exit(int(code))
+
+
+def _server_key(name: str | None) -> str | None:
+    """The server key from the environment variable ``name``; one line when it is unset."""
+    from osmo_run.errors import InputError
+
+    if name is None:
+        return None
+    value = os.environ.get(name, "")
+    if not value.strip():
+        raise InputError(f"--api-key-env {name}: the variable is unset or empty")
+    return value
+
+
+def _default_output(spec: Path | None, workflow: object) -> Path:
+    """``runs/serve-<hash>/results.jsonl``: the same spec and workflow find the same run."""
+    digest = hashlib.sha256()
+    if spec is not None and spec.is_file():
+        digest.update(spec.read_bytes())
+    digest.update(repr(workflow).encode())
+    return Path("runs") / f"serve-{digest.hexdigest()[:10]}" / "results.jsonl"

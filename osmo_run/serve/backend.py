@@ -1,0 +1,130 @@
+"""What the serving run puts around the run's own backend and writer.
+
+:class:`ServedBackend` tells the served rollouts when each starts, grades and stops, and
+ends at once, as ``cancelled``, a rollout cancelled before it started (the runner records
+it like any other). :class:`ServedWriter` adds ``served: true`` and the lease token's hash
+to every line and masks each request's model key, learnt at admission.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from osmo_run.backends.base import (
+    ExecutionBackend,
+    ProgressListener,
+    ProgressPhase,
+    ResultCallback,
+    deliver,
+)
+from osmo_run.run.masking import SecretMask
+from osmo_run.run.output import OutputWriter
+from osmo_run.sdk.types import ErrorCategory, ExecutionRequest, ExecutionResult
+from osmo_run.serve.rollouts import ServedRollouts
+
+
+class ServedBackend(ExecutionBackend):
+    """``inner`` (the run's backend) reporting to ``rollouts``."""
+
+    def __init__(self, inner: ExecutionBackend, rollouts: ServedRollouts) -> None:
+        self.inner = inner
+        self._rollouts = rollouts
+        self.cancel_grace_sec = inner.cancel_grace_sec
+
+    @property
+    def max_concurrency(self) -> int:
+        return self.inner.max_concurrency
+
+    async def execute(
+        self,
+        request: ExecutionRequest,
+        on_workflow_complete: ResultCallback,
+        on_grader_complete: ResultCallback | None = None,
+    ) -> None:
+        reason = self._rollouts.gate.take(request.id)
+        if reason is not None:
+            cancelled = ExecutionResult.failure(request.id, ErrorCategory.CANCELLED, reason, None)
+            if (pending := deliver(on_workflow_complete, cancelled)) is not None:
+                await pending
+            return
+        self._rollouts.started(request.id)
+        if request.id in self._rollouts.rerun_without_key:
+            on_workflow_complete = _noting(on_workflow_complete, KEY_NOT_KEPT)
+            if on_grader_complete is not None:
+                on_grader_complete = _noting(on_grader_complete, KEY_NOT_KEPT)
+        try:
+            await self.inner.execute(request, on_workflow_complete, on_grader_complete)
+        finally:
+            self._rollouts.stopped(request.id)
+
+    def health(self) -> dict[str, Any]:
+        return self.inner.health()
+
+    def set_progress_listener(self, listener: ProgressListener | None) -> None:
+        rollouts = self._rollouts
+
+        def heard(rollout_id: str, phase: ProgressPhase) -> None:
+            if phase is ProgressPhase.GRADING or phase is ProgressPhase.GRADER:
+                rollouts.grading(rollout_id)
+            if listener is not None:
+                listener(rollout_id, phase)
+
+        self.inner.set_progress_listener(heard)
+
+    async def prepare(self) -> None:
+        await self.inner.prepare()
+
+    def setup_note(self) -> str:
+        return self.inner.setup_note()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+KEY_NOT_KEPT = (
+    "ran again after a restart without the request's llm_api_key (keys are never written "
+    "to disk); an endpoint that needs one refused it"
+)
+
+
+def _noting(callback: ResultCallback, warning: str) -> ResultCallback:
+    """``callback`` with ``warning`` added to the result it is handed."""
+
+    def noted(result: ExecutionResult) -> Any:
+        if warning not in result.warnings:
+            result.warnings.append(warning)
+        return callback(result)
+
+    return noted
+
+
+class ServedWriter(OutputWriter):
+    """The run's results file, each line marked ``served: true`` with its rollout's
+    ``lease_sha256`` (looked up in ``rollouts``), and every request's model key masked
+    (:meth:`add_secret`) as the run's own secrets are."""
+
+    def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
+        super().__init__(path, secrets)
+        self._secrets = set(secrets)
+        self.rollouts: ServedRollouts | None = None
+
+    def add_secret(self, secret: str) -> None:
+        """Mask ``secret`` (in every form) in everything written from now on."""
+        if secret and secret not in self._secrets:
+            self._secrets.add(secret)
+            self._mask = SecretMask(self._secrets)
+
+    def mask_record(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record masked, with ``served``, ``lease_sha256`` and ``request`` (the
+        trainer's request without its prompt or key) added to a rollout's own record."""
+        if "row_id" not in record or self.rollouts is None:  # one of its attempts
+            return super().mask_record(record)
+        rollout_id = str(record.get("rollout_id"))
+        served = {
+            **record,
+            "served": True,
+            "lease_sha256": self.rollouts.lease_digest(rollout_id),
+            "request": self.rollouts.request_fields(rollout_id),
+        }
+        return super().mask_record(served)

@@ -1,0 +1,578 @@
+"""The served rollouts: admission, the queue the runner draws from, long-polls, cancels,
+lease expiry and retention. Plain classes on the event loop's thread (no locks: nothing
+here awaits between reading and changing state, long-polls aside).
+
+A rollout is *queued* from admission until the runner takes it from :meth:`items`, then
+*running* (and *grading*, when its grader starts) until the runner records it; its wire
+answer is then kept for ``retention_sec``. The runner records every admitted rollout
+exactly once, a cancelled one included: a rollout cancelled while queued is handed to the
+runner ahead of the queue and ends at once as ``cancelled`` (:class:`StartGate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from osmo_run.errors import OutputError
+from osmo_run.run.breaker import Breaker
+from osmo_run.run.dataset import DatasetRow
+from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.names import safe_name
+from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
+from osmo_run.serve.admission import DrainRate, retry_after_sec
+from osmo_run.serve.leases import Lease, lease_matches, new_lease
+from osmo_run.serve.metrics import ServeMetrics
+from osmo_run.serve.protocol import (
+    LEASE_EXPIRED_MESSAGE,
+    RolloutRequest,
+    admission_answer,
+    cancelled_answer,
+    lease_expired_answer,
+    progress_answer,
+    wire_result,
+)
+
+DEFAULT_MODEL_NAME = "osmosis-rollout"
+"""The model name sent to a request's endpoint when the spec names none (osmosis's own)."""
+
+CANCELLED_MESSAGE = "cancelled by POST /rollout/cancel"
+
+
+def request_fields(request: RolloutRequest) -> dict[str, Any]:
+    """What a results line keeps of a request: everything but the prompt (the sample holds
+    it) and the model key (a secret)."""
+    return {
+        "label": request.label,
+        "metadata": request.metadata,
+        "grade": request.grade,
+        "agent_timeout_sec": request.agent_timeout_sec,
+        "grader_timeout_sec": request.grader_timeout_sec,
+        "chat_completions_url": request.chat_completions_url,
+        "extra_fields": request.extra_fields,
+    }
+
+
+class Refused(Exception):
+    """A request the server answers with an error status: ``status``, the one-line
+    ``detail`` and any headers (``Retry-After``)."""
+
+    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = headers or {}
+
+
+@dataclass(eq=False)
+class Served:
+    """One admitted rollout."""
+
+    rollout_id: str
+    lease: Lease
+    label: str | None
+    item: WorkItem | None
+    """What the runner runs; dropped once the rollout is recorded (its prompt is not kept)."""
+    admitted_at: float
+    status: RolloutStatus = RolloutStatus.QUEUED
+    in_queue: bool = True
+    answer: dict[str, Any] | None = None
+    """The terminal wire body, once there is one."""
+    finished_at: float | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    request: dict[str, Any] | None = None
+    """What the results line keeps of the request (no prompt, no key)."""
+
+
+@dataclass
+class ServeSettings:
+    """How the server admits and answers (osmosis's defaults)."""
+
+    max_queued: int
+    result_wait_sec: float = 30.0
+    lease_sec: float = 120.0
+    retention_sec: float = 900.0
+    model_name: str = DEFAULT_MODEL_NAME
+    agent_timeout_sec: float | None = None
+    """Used when a request gives none (osmosis: unbounded)."""
+    grader_timeout_sec: float | None = None
+
+
+class StartGate:
+    """Rollouts to end as cancelled instead of starting: the backend wrapper asks it before
+    each rollout runs (see :class:`~osmo_run.serve.backend.ServedBackend`)."""
+
+    def __init__(self) -> None:
+        self._reasons: dict[str, str] = {}
+
+    def hold(self, rollout_id: str, reason: str) -> None:
+        self._reasons[rollout_id] = reason
+
+    def take(self, rollout_id: str) -> str | None:
+        """The reason ``rollout_id`` must not start (once), or ``None``."""
+        return self._reasons.pop(rollout_id, None)
+
+
+class ServedRollouts:
+    """Every rollout this server admitted, and the queue the runner draws from.
+
+    ``add_secret`` receives each request's ``llm_api_key`` at admission (the run masks it
+    everywhere). ``first_index`` numbers rollouts after those a resumed run recorded.
+    ``journal`` receives each admission (the request without its key, the lease hash)
+    before it is answered, for :meth:`readmit` after a crash.
+    """
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        add_secret: Callable[[str], None],
+        *,
+        first_index: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        journal: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        if settings.lease_sec <= settings.result_wait_sec:
+            raise ValueError("the lease must outlast the result wait")
+        self.settings = settings
+        self._add_secret = add_secret
+        self._journal = journal
+        self._clock = clock
+        self._entries: dict[str, Served] = {}
+        self._forgotten: set[str] = set()
+        """Ids whose results retention dropped: still taken (409), no longer readable."""
+        self._names: dict[str, str] = {}
+        """Safe name -> id: two ids of one file name would share an artifacts directory."""
+        self._queue: deque[Served] = deque()
+        self._queued = 0
+        self._ahead: deque[WorkItem] = deque()
+        """Rollouts cancelled while queued: handed to the runner first, to be recorded."""
+        self._wake = asyncio.Event()
+        self._ended = False
+        self._refusal: str | None = None
+        self._next_index = first_index
+        self.on_admitted: Callable[[], None] | None = None
+        """Told of each rollout admitted (or queued again on --resume): the display's total."""
+        self.rerun_without_key: set[str] = set()
+        """Rollouts queued again after a crash that had a model key, which was not kept."""
+        self.gate = StartGate()
+        self.breaker: Breaker | None = None
+        """The run's breaker: once it has tripped, submissions are refused with its cause."""
+        self.drain = DrainRate()
+        self.metrics = ServeMetrics()
+        self.runner: Runner | None = None
+        self.running = 0
+        self.admitted = 0
+        self.refused_full = 0
+        self.lease_expiries = 0
+        self.process_id = str(uuid.uuid4())
+        self.instance_id = os.environ.get("OSMO_RUN_SERVE_INSTANCE_ID") or self.process_id
+
+    # -- admission ---------------------------------------------------------------------
+
+    def refuse_new(self, reason: str) -> None:
+        """Answer every further submission 503 with ``reason`` (shutting down, breaker)."""
+        if self._refusal is None:
+            self._refusal = reason
+
+    @property
+    def accepting(self) -> bool:
+        return self._refusal is None
+
+    def admit(self, request: RolloutRequest) -> dict[str, Any]:
+        """Admit ``request``; the 202 body. Raises :class:`Refused` (503 while refusing,
+        409 for an id already admitted in this run, 429 when the queue is full)."""
+        if self._refusal is None and self.breaker is not None and self.breaker.tripped:
+            trip = self.breaker.tripped
+            self.refuse_new(
+                f"the breaker stopped this server: {trip.after} rollouts in a row failed "
+                f"with {trip.category} ({trip.message}); fix the cause and restart it"
+            )
+        if self._refusal is not None:
+            raise Refused(503, self._refusal)
+        rollout_id = request.rollout_id
+        if rollout_id in self._entries or rollout_id in self._forgotten:
+            raise Refused(409, "rollout_id is already registered")
+        name = safe_name(rollout_id)
+        if self._names.get(name, rollout_id) != rollout_id:
+            raise Refused(
+                409, "rollout_id names the same artifacts directory as an admitted rollout's"
+            )
+        now = self._clock()
+        if self._queued >= self.settings.max_queued:
+            self.refused_full += 1
+            oldest = 0.0 if self.drain.per_sec(now) else self._oldest_age(now)
+            wait = retry_after_sec(self.drain, self._queued, self.settings.max_queued, oldest, now)
+            raise Refused(429, "rollout queue is full; retry later", {"Retry-After": str(wait)})
+        token, digest = new_lease()
+        if request.llm_api_key:
+            self._add_secret(request.llm_api_key)
+        if self._journal is not None:
+            try:
+                self._journal(
+                    {
+                        "rollout_id": rollout_id,
+                        "lease_sha256": digest,
+                        "initial_messages": request.initial_messages,
+                        "had_key": request.llm_api_key is not None,
+                        **request_fields(request),
+                    }
+                )
+            except OutputError as exc:
+                raise Refused(503, f"cannot record the admission: {exc}") from None
+        entry = Served(
+            rollout_id,
+            Lease(digest, self.settings.lease_sec, now),
+            request.label,
+            self._work_item(request),
+            now,
+            request=request_fields(request),
+        )
+        self._entries[rollout_id] = entry
+        self._names[name] = rollout_id
+        self._queue.append(entry)
+        self._queued += 1
+        self.admitted += 1
+        self._wake.set()
+        if self.on_admitted is not None:
+            self.on_admitted()
+        return admission_answer(
+            rollout_id, token, self.settings.result_wait_sec, self.settings.lease_sec
+        )
+
+    def _work_item(self, request: RolloutRequest) -> WorkItem:
+        settings = self.settings
+        agent = request.agent_timeout_sec
+        grader = request.grader_timeout_sec
+        execution = ExecutionRequest(
+            id=request.rollout_id,
+            prompt=request.initial_messages,
+            label=request.label,
+            metadata=request.metadata or {},
+            agent_timeout_sec=settings.agent_timeout_sec if agent is None else agent,
+            grader_timeout_sec=settings.grader_timeout_sec if grader is None else grader,
+            grade=request.grade,
+            llm=LLMEndpoint(request.chat_completions_url, settings.model_name, request.llm_api_key),
+        )
+        index = self._next_index
+        self._next_index += 1
+        row = DatasetRow(index, index, request.rollout_id, execution, explicit_id=True)
+        return WorkItem(row, 0, execution)
+
+    def _oldest_age(self, now: float) -> float:
+        """Seconds since the oldest rollout still queued or running was admitted."""
+        for entry in self._entries.values():  # insertion order: oldest first
+            if entry.answer is None:
+                return now - entry.admitted_at
+        return 0.0
+
+    # -- the runner's side -------------------------------------------------------------
+
+    async def items(self) -> AsyncIterator[WorkItem]:
+        """What the runner runs, in admission order (cancelled ones first), as it asks;
+        ends after :meth:`end` once nothing is left to hand over."""
+        while True:
+            if self._ahead:
+                yield self._ahead.popleft()
+                continue
+            while self._queue and not self._queue[0].in_queue:
+                self._queue.popleft()  # cancelled while queued: already handed over
+            if self._queue:
+                entry = self._queue.popleft()
+                entry.in_queue = False
+                self._queued -= 1
+                assert entry.item is not None  # only recorded rollouts lose theirs
+                yield entry.item
+                continue
+            if self._ended:
+                return
+            self._wake.clear()
+            await self._wake.wait()
+
+    def end(self) -> None:
+        """No more rollouts: :meth:`items` ends once what is queued is handed over."""
+        self._ended = True
+        self._wake.set()
+
+    def cancel_queued(self, reason: str) -> int:
+        """Cancel every queued rollout (shutting down); how many."""
+        queued = [e for e in self._queue if e.in_queue]
+        for entry in queued:
+            self._cancel_queued(entry, reason, cancelled_answer(entry.rollout_id, reason))
+        return len(queued)
+
+    def unstarted(self) -> list[WorkItem]:
+        """The rollouts admitted but never handed to the runner (it stopped early: the
+        breaker), taken out of the queue."""
+        left = list(self._ahead)
+        self._ahead.clear()
+        for entry in self._queue:
+            if entry.in_queue and entry.item is not None:
+                entry.in_queue = False
+                left.append(entry.item)
+        self._queue.clear()
+        self._queued = 0
+        return left
+
+    def started(self, rollout_id: str) -> None:
+        """The backend started ``rollout_id``."""
+        entry = self._entries.get(rollout_id)
+        if entry is not None and entry.answer is None:
+            self.running += 1
+            self._set_status(entry, RolloutStatus.RUNNING)
+
+    def stopped(self, rollout_id: str) -> None:
+        """The backend is done with ``rollout_id`` (started before)."""
+        self.running = max(self.running - 1, 0)
+
+    def grading(self, rollout_id: str) -> None:
+        entry = self._entries.get(rollout_id)
+        if entry is not None and entry.answer is None:
+            self._set_status(entry, RolloutStatus.GRADING)
+
+    def recorded(self, item: WorkItem, result: ExecutionResult, record: dict[str, Any]) -> None:
+        """The runner wrote ``item``'s line: its wire answer is final (a cancel's or a lapsed
+        lease's answer, given earlier, stays)."""
+        now = self._clock()
+        self.drain.observe(now)
+        self.metrics.recorded(result)
+        entry = self._entries.get(item.rollout_id)
+        if entry is None:
+            return
+        if entry.answer is None:
+            if entry.lease.lapsed(now):
+                self.lease_expiries += 1
+                entry.answer = lease_expired_answer(entry.rollout_id)
+            else:  # from the record as written: the run's secrets masked
+                entry.answer = wire_result(ExecutionResult.from_dict(record), entry.label)
+        entry.finished_at = now
+        entry.item = None
+        self._set_status(entry, result.status)
+
+    def _set_status(self, entry: Served, status: RolloutStatus) -> None:
+        entry.status = status
+        entry.changed.set()
+        entry.changed = asyncio.Event()
+
+    def restore(self, record: dict[str, Any]) -> bool:
+        """Serve again a rollout a results file holds (``--resume``): its id stays taken and
+        its answer readable with its original lease token. ``False`` for a record without
+        a lease hash, or an id restored already (its first line is kept)."""
+        rollout_id = str(record.get("rollout_id"))
+        digest = record.get("lease_sha256")
+        if not isinstance(digest, str) or rollout_id in self._entries:
+            return False
+        now = self._clock()
+        request = record.get("request") if isinstance(record.get("request"), dict) else {}
+        label = request.get("label") if isinstance(request, dict) else None
+        result = ExecutionResult.from_dict(record)
+        entry = Served(
+            rollout_id,
+            Lease(digest, self.settings.lease_sec, now),
+            label if isinstance(label, str) else None,
+            None,
+            now,
+            status=result.status,
+            in_queue=False,
+            answer=wire_result(result, label if isinstance(label, str) else None),
+            finished_at=now,
+            request=request if isinstance(request, dict) else None,
+        )
+        self._entries[rollout_id] = entry
+        self._names[safe_name(rollout_id)] = rollout_id
+        return True
+
+    def readmit(self, admitted: dict[str, Any]) -> bool:
+        """Queue again a rollout admitted before a crash that never finished (``--resume``),
+        under its original lease hash and a fresh deadline. ``False`` when it finished (its
+        result was restored) or the journal line is not an admission. A rollout admitted
+        with a model key runs again without it (keys are never written down) and says so
+        in its warnings."""
+        rollout_id = admitted.get("rollout_id")
+        digest = admitted.get("lease_sha256")
+        if not isinstance(rollout_id, str) or not isinstance(digest, str):
+            return False
+        if rollout_id in self._entries:
+            return False
+        try:
+            request = RolloutRequest.model_validate(admitted)
+        except ValueError:
+            return False
+        now = self._clock()
+        item = self._work_item(request)
+        if admitted.get("had_key"):
+            self.rerun_without_key.add(rollout_id)
+        entry = Served(
+            rollout_id,
+            Lease(digest, self.settings.lease_sec, now),
+            request.label,
+            item,
+            now,
+            request=request_fields(request),
+        )
+        self._entries[rollout_id] = entry
+        self._names[safe_name(rollout_id)] = rollout_id
+        self._queue.append(entry)
+        self._queued += 1
+        self._wake.set()
+        if self.on_admitted is not None:
+            self.on_admitted()
+        return True
+
+    def request_fields(self, rollout_id: str) -> dict[str, Any] | None:
+        entry = self._entries.get(rollout_id)
+        return None if entry is None else entry.request
+
+    def gate_reason(self, rollout_id: str) -> str | None:
+        """The reason a rollout cancelled before it started was given (taken once)."""
+        return self.gate.take(rollout_id)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def lease_digest(self, rollout_id: str) -> str | None:
+        entry = self._entries.get(rollout_id)
+        return None if entry is None else entry.lease.digest
+
+    async def result(self, rollout_id: str, token: str) -> dict[str, Any]:
+        """The rollout's answer: at once when finished, else after it changes or
+        ``result_wait_sec``. Renews the lease of an unfinished rollout; a lapsed one ends
+        it (``lease_expired``). Raises :class:`Refused` 404 (unknown) or 403 (wrong token)."""
+        entry = self._authenticated(rollout_id, token)
+        if entry.answer is not None:
+            return entry.answer
+        if not entry.lease.renew(self._clock()):
+            self._expire(entry)
+            assert entry.answer is not None
+            return entry.answer
+        changed = entry.changed
+        try:
+            await asyncio.wait_for(changed.wait(), self.settings.result_wait_sec)
+        except TimeoutError:
+            pass
+        entry = self._authenticated(rollout_id, token)
+        if entry.answer is not None:
+            return entry.answer
+        return progress_answer(rollout_id, entry.status)
+
+    def _authenticated(self, rollout_id: str, token: str) -> Served:
+        entry = self._entries.get(rollout_id)
+        if entry is None:
+            raise Refused(404, "unknown rollout_id")
+        if not lease_matches(entry.lease.digest, token):
+            raise Refused(403, "invalid polling lease")
+        return entry
+
+    # -- cancellation and expiry -------------------------------------------------------
+
+    def cancel(
+        self, ids: list[str] | None = None, prefix: str | None = None, every: bool = False
+    ) -> dict[str, str]:
+        """Cancel the selected rollouts; each id's disposition: ``cancelled_queued``,
+        ``cancelled_running`` or ``not_found`` (unknown or finished: idempotent)."""
+        if every:
+            selected: Iterable[str] = list(self._entries)
+        elif prefix is not None:
+            selected = [rid for rid in self._entries if rid.startswith(prefix)]
+        else:
+            selected = ids or []
+        dispositions: dict[str, str] = {}
+        for rollout_id in selected:
+            entry = self._entries.get(rollout_id)
+            if entry is None or entry.answer is not None:
+                dispositions[rollout_id] = "not_found"
+            elif entry.in_queue:
+                reply = cancelled_answer(rollout_id, CANCELLED_MESSAGE)
+                self._cancel_queued(entry, CANCELLED_MESSAGE, reply)
+                dispositions[rollout_id] = "cancelled_queued"
+            else:
+                queued = entry.status is RolloutStatus.QUEUED
+                self._cancel_started(entry, CANCELLED_MESSAGE)
+                dispositions[rollout_id] = "cancelled_queued" if queued else "cancelled_running"
+        return dispositions
+
+    def _cancel_queued(self, entry: Served, reason: str, reply: dict[str, Any]) -> None:
+        """End a queued rollout now: its answer is ``reply``; the runner records it first."""
+        entry.in_queue = False
+        self._queued -= 1
+        entry.answer = reply
+        self.gate.hold(entry.rollout_id, reason)
+        assert entry.item is not None  # queued: not recorded yet
+        self._ahead.append(entry.item)
+        self._set_status(entry, RolloutStatus.CANCELLED)
+        self._wake.set()
+
+    def _cancel_started(self, entry: Served, reason: str) -> None:
+        """Cancel a rollout the runner took: in flight, or not yet started by the backend."""
+        runner = self.runner
+        if runner is None or not runner.cancel(entry.rollout_id, reason):
+            self.gate.hold(entry.rollout_id, reason)  # taken, not yet started: never starts
+
+    def _expire(self, entry: Served) -> None:
+        """The lease lapsed: the rollout fails with ``lease_expired`` and is cancelled."""
+        self.lease_expiries += 1
+        reply = lease_expired_answer(entry.rollout_id)
+        if entry.in_queue:
+            self._cancel_queued(entry, LEASE_EXPIRED_MESSAGE, reply)
+            entry.status = RolloutStatus.FAILURE
+            return
+        entry.answer = reply
+        self._cancel_started(entry, LEASE_EXPIRED_MESSAGE)
+        self._set_status(entry, RolloutStatus.FAILURE)
+
+    def sweep(self) -> None:
+        """Expire lapsed leases of unfinished rollouts; forget answers kept longer than
+        ``retention_sec`` (their ids stay taken)."""
+        now = self._clock()
+        retention = self.settings.retention_sec
+        for entry in list(self._entries.values()):
+            if entry.answer is None:
+                if entry.lease.lapsed(now):
+                    self._expire(entry)
+            elif entry.finished_at is not None and now - entry.finished_at >= retention:
+                del self._entries[entry.rollout_id]
+                self._forgotten.add(entry.rollout_id)
+
+    async def sweep_forever(self, every_sec: float = 0.5) -> None:
+        """:meth:`sweep` every ``every_sec`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(every_sec)
+            self.sweep()
+
+    # -- health ------------------------------------------------------------------------
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def active(self) -> int:
+        """Rollouts admitted and not finished."""
+        return sum(1 for entry in self._entries.values() if entry.finished_at is None)
+
+    def health(self, backend_health: dict[str, Any]) -> dict[str, Any]:
+        """``GET /health``: the backend's fields, the queue, and osmosis's identity and
+        lifecycle fields."""
+        payload = dict(backend_health)
+        concurrency = dict(payload.get("concurrency") or {})
+        concurrency.update({"queued": self._queued, "running": self.running})
+        payload["concurrency"] = concurrency
+        payload["max_queued"] = self.settings.max_queued
+        payload["admitted"] = self.admitted
+        payload["refused_queue_full"] = self.refused_full
+        payload["lease_expiries"] = self.lease_expiries
+        rate = self.drain.per_sec(self._clock())
+        payload["drain_per_sec"] = None if rate is None else round(rate, 3)
+        payload["instance_id"] = self.instance_id
+        payload["process_id"] = self.process_id
+        payload["lifecycle"] = {
+            "accepting_rollouts": self.accepting,
+            "active_rollouts": self.active(),
+        }
+        if self._refusal is not None:
+            payload["refusing"] = self._refusal
+        return payload

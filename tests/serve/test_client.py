@@ -1,0 +1,93 @@
+"""``osmo_run.client``: a trainer's batch through a real server, with back-pressure, and
+reconnection across a server killed (-9) and restarted with ``--resume``."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from osmo_run.client import Rollout, RolloutResult, RolloutServerError, ServeClient, run_batch_sync
+from tests.serve.harness import serving
+from tests.serve.test_osmosis_client import _listening
+from tests.serve.test_restart import _serve
+
+URL = "http://127.0.0.1:9/v1"
+
+
+def test_a_grpo_group_through_a_full_queue_comes_back_whole(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(tmp_path, concurrency=2, max_queued=2) as server:
+            group = [
+                Rollout(f"step1-q0-{k}", [{"role": "user", "content": "4"}], URL, label="4",
+                        metadata={"sleep": 0.2, "policy_version": 7})
+                for k in range(8)
+            ]  # fmt: skip
+            async with ServeClient(server.url) as client:
+                results = [result async for result in client.run_batch(group)]
+                with pytest.raises(RolloutServerError) as refused:
+                    await client.submit(group[0])
+                health = (await server.client.get("/health")).json()
+        assert sorted(r.rollout_id for r in results) == sorted(r.rollout_id for r in group)
+        assert all(r.ok and r.reward == 1.0 for r in results)
+        assert health["refused_queue_full"] > 0  # 8 at once against 2 running + 2 queued
+        assert (refused.value.status, refused.value.detail) == (
+            409,
+            "rollout_id is already registered",
+        )
+
+    asyncio.run(scenario())
+
+
+def test_the_sync_client_reconnects_to_a_server_restarted_after_kill_9(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    results_file = tmp_path / "run" / "results.jsonl"
+    first = _serve(tmp_path, results_file, "--port", str(port))
+    url = _listening(first)
+    batch = [
+        Rollout(f"r{k}", [{"role": "user", "content": "hi"}], URL, label="hi",
+                metadata={"sleep": 1.5})
+        for k in range(3)
+    ]  # fmt: skip
+    got: list[RolloutResult] = []
+    failure: list[BaseException] = []
+
+    def trainer() -> None:
+        try:
+            got.extend(run_batch_sync(url, batch, reconnect_sec=60))
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=trainer)
+    thread.start()
+    admitted = results_file.with_name("results.admitted.jsonl")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if admitted.is_file() and len(admitted.read_text().splitlines()) == 3:
+            break
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    assert first.stderr is not None
+    first.stderr.close()
+    second = _serve(tmp_path, results_file, "--port", str(port), "--resume")
+    try:
+        _listening(second)
+        thread.join(60)
+        assert not thread.is_alive() and not failure, failure
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(30)
+        assert second.stderr is not None
+        second.stderr.close()
+    assert sorted(r.rollout_id for r in got) == ["r0", "r1", "r2"]
+    assert all(r.ok for r in got)
+    lines = results_file.read_text().splitlines()
+    assert len(lines) == 3  # run again once, written once
