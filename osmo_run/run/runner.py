@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -232,8 +233,8 @@ class Runner:
         skipped = result.grader_skipped  # the summary counts it as written: masked
         self._stats.add_result(result, row.index, skipped and self._writer.mask(skipped))
         self._display.row_finished(result)
-        if self._on_recorded is not None:
-            self._on_recorded(item, result, record)
+        if self._on_recorded is not None:  # the record as written: the secrets masked
+            self._on_recorded(item, result, json.loads(line))
         if self._fail_fast and not result.ok and not self._stopped_early:
             self._stopped_early = True  # dispatch stops; rows in flight still finish
             if self._stop is not None:

@@ -64,8 +64,8 @@ class ServedBackend(ExecutionBackend):
     def set_progress_listener(self, listener: ProgressListener | None) -> None:
         rollouts = self._rollouts
 
-        def heard(rollout_id: str, phase: ProgressPhase) -> None:
-            if phase is ProgressPhase.GRADING or phase is ProgressPhase.GRADER:
+        def heard(rollout_id: str, phase: str) -> None:
+            if phase in (ProgressPhase.GRADING, ProgressPhase.GRADER):
                 rollouts.grading(rollout_id)
             if listener is not None:
                 listener(rollout_id, phase)
