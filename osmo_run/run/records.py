@@ -197,7 +197,7 @@ def record_dict(
         "timings": result.timings.to_dict(),
         "sample": None if sample is None else sample.to_dict(),
         "info": result.info,
-        "backend": result.backend,
+        "backend": result.backend.to_dict(),
         "usage": None if usage is None else usage.to_dict(),
         "grader_usage": None if grader_usage is None else grader_usage.to_dict(),
         "warnings": result.warnings,

@@ -115,16 +115,15 @@ class ServedWriter(OutputWriter):
             self._secrets.add(secret)
             self._mask = SecretMask(self._secrets)
 
-    def mask_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """The record masked, with ``served``, ``lease_sha256`` and ``request`` (the
+    def record_line(self, record: dict[str, Any]) -> str:
+        """The record's line (masked), with ``served``, ``lease_sha256`` and ``request`` (the
         trainer's request without its prompt or key) added to a rollout's own record."""
-        if "row_id" not in record or self.rollouts is None:  # one of its attempts
-            return super().mask_record(record)
-        rollout_id = str(record.get("rollout_id"))
-        served = {
-            **record,
-            "served": True,
-            "lease_sha256": self.rollouts.lease_digest(rollout_id),
-            "request": self.rollouts.request_fields(rollout_id),
-        }
-        return super().mask_record(served)
+        if self.rollouts is not None:
+            rollout_id = str(record.get("rollout_id"))
+            record = {
+                **record,
+                "served": True,
+                "lease_sha256": self.rollouts.lease_digest(rollout_id),
+                "request": self.rollouts.request_fields(rollout_id),
+            }
+        return super().record_line(record)
