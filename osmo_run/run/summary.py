@@ -330,7 +330,16 @@ class SummaryBuilder:
         clusters = self._clusters(_ROLLOUTS, _PASSED)
         return estimate_mean(total, self._passed, self._passed, binary=True, clusters=clusters)
 
-    def build(self, output: str | None = None, interrupted: bool = False) -> RunSummary:
+    def build(
+        self,
+        output: str | None = None,
+        interrupted: bool = False,
+        *,
+        stopped_early: bool = False,
+        breaker: BreakerTrip | None = None,
+    ) -> RunSummary:
+        """The summary of the records added so far; ``stopped_early`` and ``breaker`` as
+        the runner saw them (fail-fast or the breaker stopped dispatching)."""
         durations = self._durations
         total = durations.count
         if self.samples_per_row > 1:
@@ -361,4 +370,6 @@ class SummaryBuilder:
             samples_per_row=self.samples_per_row,
             usage=self._usage.summary(),
             grader_usage=self._grader_usage.summary(),
+            stopped_early=stopped_early,
+            breaker=breaker,
         )

@@ -114,7 +114,7 @@ class PhaseDeadline:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PhaseClock:
     """A phase's deadline, unbuilt: most phases end at once and never need a
     :class:`PhaseDeadline` (building one costs more than the rest of a no-op phase's
@@ -153,9 +153,11 @@ class PhaseWatch:
     """One phase running in ``task`` under ``deadline`` (see :class:`DeadlineSweeper`)."""
 
     task: asyncio.Task[Any]
-    deadline: PhaseDeadline
+    clock: PhaseClock
     due: float
     on_abandon: Callable[[PhaseDeadline], None]
+    deadline: PhaseDeadline | None = None
+    """Built once the wall clock passes ``due`` (most phases end before)."""
     done: bool = False
     """Set by the phase when it ends, however it ends."""
     cancelled_at: float | None = None
@@ -201,17 +203,19 @@ class DeadlineSweeper:
     def watch(
         self,
         task: asyncio.Task[Any],
-        deadline: PhaseDeadline,
+        clock: PhaseClock,
         on_abandon: Callable[[PhaseDeadline], None],
     ) -> PhaseWatch:
-        """Watch ``task``'s phase until its ``done`` is set; ``deadline`` must have a
+        """Watch ``task``'s phase until its ``done`` is set; ``clock`` must have a
         timeout."""
-        timeout = deadline.timeout_sec
+        timeout = clock.timeout_sec
         assert timeout is not None
-        watch = PhaseWatch(task, deadline, deadline.started + timeout, on_abandon)
+        watch = PhaseWatch(task, clock, clock.started + timeout, on_abandon)
         queue = self._queues.get(timeout)
         if queue is None:
             queue = self._queues[timeout] = deque()
+        while queue and queue[0].done:  # phases end about in the order they start
+            queue.popleft()
         queue.append(watch)
         if watch.due < self._timer_at:
             self._set_timer(watch.due)
@@ -239,6 +243,8 @@ class DeadlineSweeper:
                     break
                 if watch.done or watch.cancelled_at is not None:
                     continue
+                if watch.deadline is None:
+                    watch.deadline = watch.clock.deadline()
                 left = watch.deadline.remaining()  # others' stalls may extend it
                 if left > 0:
                     next_at = min(next_at, now + left)
@@ -256,6 +262,6 @@ class DeadlineSweeper:
             cancelled.popleft()
             if not watch.done:
                 watch.abandoned = True
-                self._loop.call_soon(watch.on_abandon, watch.deadline)
+                self._loop.call_soon(watch.on_abandon, watch.deadline or watch.clock.deadline())
         if next_at < self._timer_at:  # a phase watched meanwhile may have set it earlier
             self._set_timer(next_at)

@@ -186,8 +186,7 @@ async def _in_place(
             if task.cancelling():
                 raise
             raise RuntimeError(_RAISED_INSIDE) from None
-    deadline = clock.deadline()
-    watch = DeadlineSweeper.of(task.get_loop()).watch(task, deadline, on_abandon)
+    watch = DeadlineSweeper.of(task.get_loop()).watch(task, clock, on_abandon)
     try:
         value = await coro
     except asyncio.CancelledError:
@@ -199,14 +198,14 @@ async def _in_place(
             raise RuntimeError(_RAISED_INSIDE) from None
         if task.uncancel():
             raise  # the caller cancelled too
-        raise _DeadlineExceeded(False, deadline) from None
+        raise _DeadlineExceeded(False, watch.deadline or clock.deadline()) from None
     except Exception:
         if watch.abandoned:
             raise PhaseAbandoned from None
         if watch.cancelled_at is not None:  # it turned the deadline's cancellation into this
             if task.uncancel():
                 raise asyncio.CancelledError from None
-            raise _DeadlineExceeded(False, deadline) from None
+            raise _DeadlineExceeded(False, watch.deadline or clock.deadline()) from None
         raise
     finally:
         watch.done = True
@@ -215,7 +214,7 @@ async def _in_place(
     if watch.cancelled_at is not None:  # it swallowed the deadline's cancellation in time
         if task.uncancel():
             raise asyncio.CancelledError
-        raise _DeadlineExceeded(False, deadline)
+        raise _DeadlineExceeded(False, watch.deadline or clock.deadline())
     return value
 
 
