@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -163,6 +163,39 @@ async def _in_own_task(
     raise _DeadlineExceeded(not done, deadline)
 
 
+class _Resumed:
+    """Awaiting it goes on with ``coro`` from the point where its first step, taken by
+    hand, suspended on ``yielded``: what ``await coro`` would have done from there (sends,
+    throws and close passed through)."""
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        yielded = self._yielded
+        self._yielded = None
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
 async def _in_place(
     coro: Coroutine[Any, Any, T],
     clock: PhaseClock,
@@ -174,21 +207,32 @@ async def _in_place(
     cancellation past ``CANCEL_GRACE_SEC`` is abandoned: ``on_abandon(deadline)`` hands
     the timeout on, and when the code ends at last :class:`PhaseAbandoned` ends the task.
     A cancellation of the caller's own (an interrupt) propagates as ever.
+
+    The first step runs before the deadline is watched: a phase that ends without waiting
+    (a grader comparing strings) costs no watch at all.
     """
     task = asyncio.current_task()
     assert task is not None
     if sys.version_info < (3, 12):  # the stall monitor reads the owner from the task's name
         task.set_name(owner_task_name(clock.owner))
+    try:
+        yielded = coro.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    except asyncio.CancelledError:
+        if task.cancelling():
+            raise
+        raise RuntimeError(_RAISED_INSIDE) from None
     if clock.timeout_sec is None:
         try:
-            return await coro
+            return await _Resumed(coro, yielded)  # type: ignore[no-any-return]
         except asyncio.CancelledError:
             if task.cancelling():
                 raise
             raise RuntimeError(_RAISED_INSIDE) from None
     watch = DeadlineSweeper.of(task.get_loop()).watch(task, clock, on_abandon)
     try:
-        value = await coro
+        value = await _Resumed(coro, yielded)
     except asyncio.CancelledError:
         if watch.abandoned:
             raise PhaseAbandoned from None
@@ -215,7 +259,7 @@ async def _in_place(
         if task.uncancel():
             raise asyncio.CancelledError
         raise _DeadlineExceeded(False, watch.deadline or clock.deadline())
-    return value
+    return value  # type: ignore[no-any-return]
 
 
 def make_workflow(source: WorkflowSource, config: AgentWorkflowConfig) -> AgentWorkflow:
@@ -618,33 +662,49 @@ def combine_phases(
 ) -> ExecutionResult:
     """The final result of a rollout from its workflow phase's result and its grader
     phase's (``None``: not graded; ``skipped`` says why, for a successful workflow). Pure:
-    a new result, neither argument changed; the same for every backend.
+    a new result with timings and warnings of its own, neither argument changed (their
+    samples are shared, not copied, unless one must change); the same for every backend.
 
     The grader phase's result comes from a copy of the workflow's (in this process, or
     from a grader process given it as JSON), so it repeats the workflow's warnings: each
     warning is kept once, the workflow's first. The sample is the grader's (the
-    workflow's when a failed grader returned none), the workflow's own time and usage are
-    the workflow phase's.
+    workflow's when a failed grader returned none); the workflow's own time, queueing and
+    usage are the workflow phase's.
     """
     if graded is None:
-        final = copy_result(workflow)
+        final = _shallow(workflow)
         if final.status is RolloutStatus.SUCCESS:
             final.grader_skipped = skipped
-            if skipped == SAMPLE_REMOVED and final.sample is not None:
-                final.sample.reward = None
+            sample = final.sample
+            if skipped == SAMPLE_REMOVED and sample is not None and sample.reward is not None:
+                final.sample = sample = copy_result(workflow).sample
+                assert sample is not None
+                sample.reward = None
         return final
-    final = copy_result(graded)
-    if final.sample is None and workflow.sample is not None:
-        final.sample = copy_result(workflow).sample
+    final = _shallow(graded)
+    if final.sample is None:
+        final.sample = workflow.sample
     if workflow.warnings:
-        own = [w for w in final.warnings if w not in workflow.warnings]
+        own = [w for w in graded.warnings if w not in workflow.warnings]
         final.warnings = [*workflow.warnings, *own]
     final.timings.workflow_sec = workflow.timings.workflow_sec
     final.timings.queued_sec = workflow.timings.queued_sec
     final.usage = workflow.usage
     if workflow.backend:
-        final.backend = {**workflow.backend, **final.backend}
+        final.backend = {**workflow.backend, **graded.backend}
     return final
+
+
+def _shallow(result: ExecutionResult) -> ExecutionResult:
+    """A copy of ``result`` sharing its sample, info and backend, with timings and a
+    warning list of its own."""
+    copied = object.__new__(ExecutionResult)
+    copied.__dict__.update(result.__dict__)
+    timings = object.__new__(Timings)
+    timings.__dict__.update(result.timings.__dict__)
+    copied.timings = timings
+    copied.warnings = list(result.warnings)
+    return copied
 
 
 def run_to_completion(main: Coroutine[Any, Any, T], grace_sec: float = CANCEL_GRACE_SEC) -> T:
