@@ -184,6 +184,8 @@ class DeadlineSweeper:
     _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeadlineSweeper]] = (
         weakref.WeakKeyDictionary()
     )
+    """For loops that take no attributes; the others hold their sweeper themselves, so a
+    closed loop and the tasks its sweeper still watches are garbage together."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -195,9 +197,16 @@ class DeadlineSweeper:
     @classmethod
     def of(cls, loop: asyncio.AbstractEventLoop) -> DeadlineSweeper:
         """The sweeper of ``loop`` (made on first use)."""
+        sweeper: DeadlineSweeper | None = getattr(loop, "_osmo_run_deadlines", None)
+        if sweeper is not None:
+            return sweeper
         sweeper = cls._by_loop.get(loop)
         if sweeper is None:
-            sweeper = cls._by_loop[loop] = cls(loop)
+            sweeper = cls(loop)
+            try:
+                loop._osmo_run_deadlines = sweeper  # type: ignore[attr-defined]
+            except AttributeError:  # a loop with slots (uvloop)
+                cls._by_loop[loop] = sweeper
         return sweeper
 
     def watch(

@@ -166,16 +166,21 @@ async def _in_own_task(
 class _Resumed:
     """Awaiting it goes on with ``coro`` from the point where its first step, taken by
     hand, suspended on ``yielded``: what ``await coro`` would have done from there (sends,
-    throws and close passed through)."""
+    throws and close passed through), each step run in ``context`` as a task of its own
+    would run it."""
 
-    __slots__ = ("_coro", "_yielded")
+    __slots__ = ("_context", "_coro", "_yielded")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], yielded: Any, context: contextvars.Context
+    ) -> None:
         self._coro = coro
         self._yielded = yielded
+        self._context = context
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro = self._coro
+        run = self._context.run
         yielded = self._yielded
         self._yielded = None
         while True:
@@ -186,12 +191,12 @@ class _Resumed:
                 raise
             except BaseException as exc:
                 try:
-                    yielded = coro.throw(exc)
+                    yielded = run(coro.throw, exc)
                 except StopIteration as stop:
                     return stop.value
             else:
                 try:
-                    yielded = coro.send(sent)
+                    yielded = run(coro.send, sent)
                 except StopIteration as stop:
                     return stop.value
 
@@ -208,15 +213,18 @@ async def _in_place(
     the timeout on, and when the code ends at last :class:`PhaseAbandoned` ends the task.
     A cancellation of the caller's own (an interrupt) propagates as ever.
 
-    The first step runs before the deadline is watched: a phase that ends without waiting
-    (a grader comparing strings) costs no watch at all.
+    The coroutine's steps run in a copy of the task's context, as in a task of its own:
+    context variables it sets do not outlive the phase (the next row this task runs does
+    not see them). The first step runs before the deadline is watched: a phase that ends
+    without waiting (a grader comparing strings) costs no watch at all.
     """
     task = asyncio.current_task()
     assert task is not None
     if sys.version_info < (3, 12):  # the stall monitor reads the owner from the task's name
         task.set_name(owner_task_name(clock.owner))
+    context = contextvars.copy_context()
     try:
-        yielded = coro.send(None)
+        yielded = context.run(coro.send, None)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
     except asyncio.CancelledError:
@@ -225,14 +233,14 @@ async def _in_place(
         raise RuntimeError(_RAISED_INSIDE) from None
     if clock.timeout_sec is None:
         try:
-            return await _Resumed(coro, yielded)  # type: ignore[no-any-return]
+            return await _Resumed(coro, yielded, context)  # type: ignore[no-any-return]
         except asyncio.CancelledError:
             if task.cancelling():
                 raise
             raise RuntimeError(_RAISED_INSIDE) from None
     watch = DeadlineSweeper.of(task.get_loop()).watch(task, clock, on_abandon)
     try:
-        value = await _Resumed(coro, yielded)
+        value = await _Resumed(coro, yielded, context)
     except asyncio.CancelledError:
         if watch.abandoned:
             raise PhaseAbandoned from None
@@ -334,7 +342,7 @@ async def run_workflow_phase(
                     timed_out = _workflow_timeout(request, rollout, deadline, True)
                     on_abandon(_finish_workflow(timed_out, started, rollout))
 
-                token = _current.set(rollout)  # in this task: the stall monitor reads it
+                token = _current.set(rollout)  # in the task's own context: the stall monitor
                 try:
                     sample, info = await _in_place(produced, clock, abandoned)
                 finally:

@@ -5,6 +5,7 @@ that ignores its deadline, replaced while only its row is blamed."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,20 @@ class SettingsMutatingWorkflow(AgentWorkflow):
                 value.append(ctx.rollout_id)
         settings["n"] += 1
         settings["added"] = ctx.rollout_id
+        return reply(ctx, seen)
+
+
+LEAKY: contextvars.ContextVar[str | None] = contextvars.ContextVar("leaky", default=None)
+
+
+class ContextVarWorkflow(AgentWorkflow):
+    """Answers with the value of a context variable it then sets (as tracing libraries
+    do): a row that sees another row's value shares its context."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> list[Message]:
+        seen = str(LEAKY.get())
+        LEAKY.set(ctx.rollout_id)
+        await asyncio.sleep(0)
         return reply(ctx, seen)
 
 
@@ -191,6 +206,22 @@ def test_a_workflow_changing_its_settings_changes_no_other_rows(
     seen = [line["sample"]["messages"][-1]["content"] for line in read_jsonl(output)]
     assert seen == [before] * 5
     assert repr(sorted(config.settings.items())) == before
+
+
+def test_context_variables_a_row_sets_do_not_reach_the_next_row_of_its_worker(
+    tmp_path: Path,
+) -> None:
+    items = _items(tmp_path, [{"id": f"r{i}", "prompt": "hi"} for i in range(4)])
+    output = tmp_path / "out.jsonl"
+
+    async def main() -> None:
+        with OutputWriter(output) as writer:
+            config = AgentWorkflowConfig(ConcurrencyConfig(1))  # one worker runs every row
+            await Runner(LocalBackend(ContextVarWorkflow, config), writer, NullDisplay()).run(items)
+
+    asyncio.run(main())
+    seen = [line["sample"]["messages"][-1]["content"] for line in read_jsonl(output)]
+    assert seen == ["None"] * 4
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
