@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
-from osmo_run.sdk.types import ExecutionRequest, ExecutionResult
+from osmo_run.sdk.types import ErrorCategory, ExecutionRequest, ExecutionResult, RolloutStatus
 
 __all__ = ["ExecutionBackend", "ProgressListener", "ProgressPhase", "ResultCallback", "deliver"]
 
@@ -67,6 +67,10 @@ class ExecutionBackend(ABC):
     rollout goes through them (a backend with finer phases declares its own)."""
     cancel_grace_sec: float = INTERRUPT_GRACE_SEC
     """How long the runner waits for cancelled rows to wind down after an interrupt."""
+    runs_code_in_caller: bool = False
+    """Whether :meth:`run_rollout` runs the rollout's own code in the calling task (code
+    that may ignore cancellation): the runner then waits only ``CANCEL_GRACE_SEC`` for it
+    after an interrupt, as for a deadline."""
 
     @abstractmethod
     async def execute(
@@ -75,6 +79,44 @@ class ExecutionBackend(ABC):
         on_workflow_complete: ResultCallback,
         on_grader_complete: ResultCallback | None = None,
     ) -> None: ...
+
+    async def run_rollout(
+        self,
+        request: ExecutionRequest,
+        on_abandon: Callable[[ExecutionResult], None] | None = None,
+    ) -> ExecutionResult:
+        """The final result of ``request``: the runner's direct path, without callbacks.
+
+        The caller keeps at most :attr:`max_concurrency` calls in flight (any number when it
+        is ``0``). ``on_abandon``: a backend that runs the rollout's code in the calling
+        task may hand on the timeout result of a phase that ignored cancellation there and
+        then end the task with :class:`~osmo_run.sdk.phase_deadline.PhaseAbandoned`; others
+        ignore it. This default runs :meth:`execute` and returns the result it delivered
+        (reporting ``GRADING`` to the progress listener); a backend that delivers none gets
+        an ``internal_error`` result saying so, and an exception raised after the result was
+        delivered is ignored.
+        """
+        final: list[ExecutionResult] = []
+
+        def on_workflow_complete(result: ExecutionResult) -> None:
+            if result.status is RolloutStatus.GRADING:
+                self._report_progress(request.id, ProgressPhase.GRADING)
+            elif not final:
+                final.append(result)
+
+        def on_grader_complete(result: ExecutionResult) -> None:
+            if not final:
+                final.append(result)
+
+        try:
+            await self.execute(request, on_workflow_complete, on_grader_complete)
+        except Exception:
+            if not final:
+                raise
+        if final:
+            return final[0]
+        message = "the backend returned without a result (a backend bug)"
+        return ExecutionResult.failure(request.id, ErrorCategory.INTERNAL_ERROR, message)
 
     @property
     @abstractmethod

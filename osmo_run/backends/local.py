@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,18 @@ from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import import_path_of, resolve_class
 from osmo_run.sdk.model_clients import ModelClients, reset_model_clients, use_model_clients
 from osmo_run.sdk.rollout import (
+    AbandonHandler,
     GraderSource,
     WorkflowSource,
+    combine_phases,
+    copy_result,
     grader_skip_reason,
     run_grader_phase,
     run_workflow_phase,
 )
 from osmo_run.sdk.sandbox import grader_input, workflow_input
 from osmo_run.sdk.stalls import LoopStallMonitor
-from osmo_run.sdk.types import SAMPLE_REMOVED, ExecutionRequest, ExecutionResult, RolloutStatus
+from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 
@@ -87,6 +91,7 @@ class LocalBackend(ExecutionBackend):
             )
             keys = (llm.api_key if llm else None, judge.api_key if judge else None)
             self._isolated = ProcessPhaseRunner(code_dir or Path.cwd(), *keys, artifacts_root)
+        self.runs_code_in_caller = self._isolated is None
 
     @property
     def max_concurrency(self) -> int:
@@ -136,41 +141,95 @@ class LocalBackend(ExecutionBackend):
         started = time.monotonic()
         self._running += 1
         clients = use_model_clients(self.model_clients)  # this row's task only
+        graded = False
+
+        async def before_grading(result: ExecutionResult) -> None:
+            nonlocal graded
+            graded = True
+            if on_grader_complete is not None:  # a copy: the grader works on its own
+                grading = copy_result(result)
+                grading.status = RolloutStatus.GRADING
+                if (pending := deliver(on_workflow_complete, grading)) is not None:
+                    await pending
+
         try:
-            self._report_progress(request.id, ProgressPhase.WORKFLOW)
-            stalls = self._stalls  # the running loop's, unless this is a new loop
-            if stalls is None or stalls.loop is not asyncio.get_running_loop():
-                stalls = self._loop_monitor()
-            result = await self._workflow_phase(request, stalls)
-            result.timings.queued_sec = started - entered
-            skip = grader_skip_reason(
-                request,
-                self._grader is not None,
-                grade_without_label=self._grader_config.grade_without_label,
-                sample=result.sample,
-            )
-            if result.status is not RolloutStatus.SUCCESS or skip is not None:
-                _mark_skipped(result, skip)
-                result.timings.total_sec = time.monotonic() - started
-                if (pending := deliver(on_workflow_complete, result)) is not None:
-                    await pending
-                return
-            if on_grader_complete is not None:
-                result.status = RolloutStatus.GRADING
-                if (pending := deliver(on_workflow_complete, result)) is not None:
-                    await pending
-            self._report_progress(request.id, ProgressPhase.GRADER)
-            result = await self._grader_phase(request, result, stalls)
-            result.timings.total_sec = time.monotonic() - started
-            if (pending := deliver(on_grader_complete or on_workflow_complete, result)) is not None:
+            final = await self._rollout(request, entered, started, None, before_grading)
+            callback = on_grader_complete if graded and on_grader_complete else on_workflow_complete
+            if (pending := deliver(callback, final)) is not None:
                 await pending
         finally:
             reset_model_clients(clients)
             self._running -= 1
             self._slots.release()
 
+    async def run_rollout(
+        self, request: ExecutionRequest, on_abandon: AbandonHandler | None = None
+    ) -> ExecutionResult:
+        """The direct path: the final result, from phases run in the calling task.
+
+        The caller keeps at most :attr:`max_concurrency` rollouts in flight (the runner's
+        workers are that many), so no slot is taken here. With ``on_abandon`` a phase that
+        ignores its deadline's cancellation is handed on as a timeout (see
+        :func:`~osmo_run.sdk.rollout.run_workflow_phase`) and the calling task then ends
+        with :class:`~osmo_run.sdk.phase_deadline.PhaseAbandoned`.
+        """
+        started = time.monotonic()
+        self._running += 1
+        clients = use_model_clients(self.model_clients)
+        try:
+            return await self._rollout(request, started, started, on_abandon, None)
+        finally:
+            reset_model_clients(clients)
+            self._running -= 1
+
+    async def _rollout(
+        self,
+        request: ExecutionRequest,
+        entered: float,
+        started: float,
+        on_abandon: AbandonHandler | None,
+        before_grading: Callable[[ExecutionResult], Awaitable[None]] | None,
+    ) -> ExecutionResult:
+        """Both phases of ``request``, combined by :func:`combine_phases` into the final
+        result (timed from ``started``, queued since ``entered``)."""
+        self._report_progress(request.id, ProgressPhase.WORKFLOW)
+        stalls = self._stalls  # the running loop's, unless this is a new loop
+        if stalls is None or stalls.loop is not asyncio.get_running_loop():
+            stalls = self._loop_monitor()
+        workflow_abandoned = None
+        if on_abandon is not None:
+
+            def workflow_abandoned(timed_out: ExecutionResult) -> None:
+                timed_out.timings.queued_sec = started - entered
+                on_abandon(_final(timed_out, None, None, started))
+
+        result = await self._workflow_phase(request, stalls, workflow_abandoned)
+        result.timings.queued_sec = started - entered
+        skip = grader_skip_reason(
+            request,
+            self._grader is not None,
+            grade_without_label=self._grader_config.grade_without_label,
+            sample=result.sample,
+        )
+        if result.status is not RolloutStatus.SUCCESS or skip is not None:
+            return _final(result, None, skip, started)
+        if before_grading is not None:
+            await before_grading(result)
+        self._report_progress(request.id, ProgressPhase.GRADER)
+        grader_abandoned = None
+        if on_abandon is not None:
+
+            def grader_abandoned(timed_out: ExecutionResult) -> None:
+                on_abandon(_final(result, timed_out, None, started))
+
+        graded = await self._grader_phase(request, result, stalls, grader_abandoned)
+        return _final(result, graded, None, started)
+
     async def _workflow_phase(
-        self, request: ExecutionRequest, stalls: LoopStallMonitor | None
+        self,
+        request: ExecutionRequest,
+        stalls: LoopStallMonitor | None,
+        on_abandon: AbandonHandler | None,
     ) -> ExecutionResult:
         llm = self._llm if request.llm is None else request.llm  # a served request's own
         if self._isolated is None:
@@ -181,6 +240,7 @@ class LocalBackend(ExecutionBackend):
                 llm,
                 self._artifacts_root,
                 stalls=stalls,
+                on_abandon=on_abandon,
             )
         spec = workflow_input(request, self._workflow_path, self._workflow_config, llm)
         timeout = request.agent_timeout_sec
@@ -191,7 +251,9 @@ class LocalBackend(ExecutionBackend):
         request: ExecutionRequest,
         workflow_result: ExecutionResult,
         stalls: LoopStallMonitor | None,
+        on_abandon: AbandonHandler | None,
     ) -> ExecutionResult:
+        """The grader phase's own result (:func:`combine_phases` makes the final one)."""
         assert self._grader is not None
         if self._isolated is None:
             return await run_grader_phase(
@@ -202,16 +264,12 @@ class LocalBackend(ExecutionBackend):
                 self._artifacts_root,
                 self._judge,
                 stalls=stalls,
+                on_abandon=on_abandon,
             )
         assert self._grader_path is not None
         spec = grader_input(request, self._grader_path, self._grader_config, self._judge)
         spec["workflow_result"] = workflow_result.to_dict()
-        result = await self._isolated.run("grader", spec, request.id, request.grader_timeout_sec)
-        if result.sample is None:  # a grader failure keeps the workflow's sample
-            result.sample = workflow_result.sample
-        result.timings.workflow_sec = workflow_result.timings.workflow_sec
-        result.warnings = [*workflow_result.warnings, *result.warnings]
-        return result
+        return await self._isolated.run("grader", spec, request.id, request.grader_timeout_sec)
 
     async def prepare(self) -> None:
         message = self.model_clients.capped_message
@@ -229,10 +287,9 @@ class LocalBackend(ExecutionBackend):
             self._isolated.close()
 
 
-def _mark_skipped(result: ExecutionResult, skip: str | None) -> None:
-    """A successful rollout that is not graded says why; a removed sample has no reward."""
-    if not result.ok:
-        return
-    result.grader_skipped = skip
-    if skip == SAMPLE_REMOVED and result.sample is not None:
-        result.sample.reward = None
+def _final(
+    workflow: ExecutionResult, graded: ExecutionResult | None, skip: str | None, started: float
+) -> ExecutionResult:
+    final = combine_phases(workflow, graded, skip)
+    final.timings.total_sec = time.monotonic() - started  # a new result: nobody has it yet
+    return final

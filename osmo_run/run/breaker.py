@@ -220,9 +220,12 @@ class Breaker:
         self._cause: str | None = None
         self._streak: list[str] = []
 
-    def observe(self, result: ExecutionResult, row_id: str) -> BreakerTrip | None:
+    def observe(
+        self, result: ExecutionResult, row_id: str, *, in_flight: int = 0
+    ) -> BreakerTrip | None:
         """Count ``result`` (a final one); the trip when this result trips the breaker,
-        ``None`` otherwise (also for every result after the trip)."""
+        ``None`` otherwise (also for every result after the trip). ``in_flight``: the
+        rollouts still running besides this one (the trip says so)."""
         if result.status is RolloutStatus.CANCELLED or self.tripped is not None:
             return None
         cause = self.cause_of(result, row_id)
@@ -236,7 +239,9 @@ class Breaker:
             return None
         category = result.error_category.value if result.error_category else ""
         message = _cut(_first_line(result.error_message or ""))
-        self.tripped = BreakerTrip(self.after, category, cause, message, list(self._streak))
+        self.tripped = BreakerTrip(
+            self.after, category, cause, message, list(self._streak), in_flight
+        )
         return self.tripped
 
     def matches(self, result: ExecutionResult, row_id: str) -> bool:

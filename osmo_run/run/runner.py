@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmo_run.backends.base import ExecutionBackend, ProgressPhase
+from osmo_run.backends.base import ExecutionBackend
 from osmo_run.run.breaker import Breaker
 from osmo_run.run.dataset import DatasetRow
 from osmo_run.run.display import Display
@@ -32,17 +32,17 @@ from osmo_run.run.retry import NO_RETRIES, RetryPolicy
 from osmo_run.run.runfiles import RunPaths
 from osmo_run.run.scrub import scrub_directory
 from osmo_run.run.summary import RunSummary, SummaryBuilder
-from osmo_run.sdk.deadlines import INTERRUPT_GRACE_SEC
+from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC, INTERRUPT_GRACE_SEC
 from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.model_retry import asked_wait_sec
 from osmo_run.sdk.names import rollout_name, safe_name
+from osmo_run.sdk.phase_deadline import PhaseAbandoned
 from osmo_run.sdk.rollout import start_task
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
     Phase,
-    RolloutStatus,
 )
 
 
@@ -99,23 +99,47 @@ def work_items(
             yield WorkItem(row, sample_index, request, before)
 
 
-@dataclass
 class _Flight:
-    item: WorkItem
-    started: float
-    recorded: bool = False
-    task: asyncio.Task[None] | None = None
-    cancel_reason: str | None = None
-    """Set by :meth:`Runner.cancel`: the message the rollout is recorded as cancelled with."""
+    """One rollout from its dispatch to its record: the worker running it, its attempts so
+    far (a rerun continues an earlier invocation's count) and the reason it was cancelled
+    (:meth:`Runner.cancel`)."""
+
+    __slots__ = (
+        "attempt",
+        "attempts",
+        "cancelled",
+        "first",
+        "item",
+        "recorded",
+        "started",
+        "waited",
+        "worker",
+    )
+
+    def __init__(self, item: WorkItem, started: float) -> None:
+        self.item = item
+        self.started = started
+        self.recorded = False
+        self.worker: asyncio.Task[None] | None = None
+        self.cancelled: str | None = None
+        earlier = item.earlier
+        self.attempts: list[dict[str, Any]] = list(earlier) if earlier else []
+        self.first = self.attempt = len(self.attempts) + 1
+        self.waited = 0.0
 
 
-RecordedHook = Callable[[WorkItem, ExecutionResult, dict[str, Any]], None]
-"""Called once per rollout right after its record line is written: the item, its final
-result and the record as written (secrets masked)."""
+OnRecorded = Callable[[WorkItem, ExecutionResult, dict[str, Any]], None]
+"""Called with a rollout's item, final result and record (as written, secrets masked)."""
 
 
 class Runner:
     """Runs work items through ``backend`` and records each exactly once.
+
+    ``window`` workers (default: the backend's ``max_concurrency``, or
+    :data:`DEFAULT_WINDOW` when it sets none) each take the next item and run it to its
+    record, its phases in the worker's own task (:meth:`ExecutionBackend.run_rollout`).
+    A worker stuck in code that ignores its deadline's cancellation is left behind and a
+    fresh one carries on with that row's timeout and the rest of the items.
 
     A failed attempt whose category ``retry`` covers is tried again after a backoff; the
     record keeps the earlier attempts. ``breaker`` (none: never) sees every final result;
@@ -123,6 +147,8 @@ class Runner:
     (without retrying the failure it tripped on) and the summary's ``breaker`` says why.
     ``writer`` errors (:class:`~osmo_run.errors.OutputError`) stop the run: nothing is
     dispatched after the first failed write, and the error propagates from :meth:`run`.
+    ``on_recorded(item, result, record)`` is called once per rollout right after its
+    record is written, on the loop's thread.
     """
 
     def __init__(
@@ -135,27 +161,30 @@ class Runner:
         stats: SummaryBuilder | None = None,
         fail_fast: bool = False,
         breaker: Breaker | None = None,
-        on_recorded: RecordedHook | None = None,
+        on_recorded: OnRecorded | None = None,
     ) -> None:
         self._backend = backend
-        self._on_recorded = on_recorded
         self._writer = writer
         self._display = display
         self._window = window or backend.max_concurrency or DEFAULT_WINDOW
         self._retry = retry
         self._stats = stats or SummaryBuilder()
         self._flights: dict[str, _Flight] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._workers: set[asyncio.Task[None]] = set()
         self._interrupted = False
         self._fail_fast = fail_fast
         self._stopped_early = False
         self._fatal: BaseException | None = None
-        self._wake: asyncio.Event | None = None
         self._breaker = breaker
+        self._on_recorded = on_recorded
         self._halt: asyncio.Event | None = None
         """Set when the breaker trips: wakes rows waiting to retry."""
-        self._stop: asyncio.Event | None = None
-        """Set on an interrupt or when dispatching stops: wakes a wait for the next item."""
+        self._items: Iterator[WorkItem] | None = None
+        self._async_items: AsyncIterator[WorkItem] | None = None
+        self._taking: asyncio.Lock | None = None
+        """Held while a worker awaits the next item of an async iterable (one at a time)."""
+        self._ended: asyncio.Future[None] | None = None
+        """Done when the last worker has ended (or on an interrupt)."""
         backend.set_progress_listener(display.row_phase)
 
     @property
@@ -167,22 +196,22 @@ class Runner:
         if self._interrupted:
             return
         self._interrupted = True
-        for task in list(self._tasks):
-            task.cancel()
-        if self._wake is not None:
-            self._wake.set()
-        if self._stop is not None:
-            self._stop.set()
+        for worker in list(self._workers):
+            worker.cancel()
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
 
     def cancel(self, rollout_id: str, reason: str) -> bool:
-        """Cancel the rollout ``rollout_id`` if it is waiting or in flight: it is recorded
-        once as ``cancelled`` with ``reason`` as its message. Returns ``False`` when the id
-        is not known (finished, or never seen). Other rollouts are untouched."""
+        """Cancel the rollout ``rollout_id`` if it is in flight (running, or waiting to
+        retry): it is recorded once as ``cancelled`` with ``reason`` as its message, and its
+        worker goes on with the next item. ``False`` when the id is not known here (never
+        dispatched, or recorded already). Other rows are untouched."""
         flight = self._flights.get(rollout_id)
-        if flight is None or flight.recorded or flight.task is None or flight.task.done():
+        if flight is None or flight.recorded or flight.worker is None:
             return False
-        flight.cancel_reason = reason
-        flight.task.cancel()
+        if flight.cancelled is None:
+            flight.cancelled = reason
+            flight.worker.cancel()
         return True
 
     def _record(
@@ -232,13 +261,11 @@ class Runner:
             return
         skipped = result.grader_skipped  # the summary counts it as written: masked
         self._stats.add_result(result, row.index, skipped and self._writer.mask(skipped))
-        self._display.row_finished(result)
         if self._on_recorded is not None:  # the record as written: the secrets masked
             self._on_recorded(item, result, json.loads(line))
+        self._display.row_finished(result)
         if self._fail_fast and not result.ok and not self._stopped_early:
             self._stopped_early = True  # dispatch stops; rows in flight still finish
-            if self._stop is not None:
-                self._stop.set()
             self._display.message("fail-fast: a rollout failed; no further rows are started")
         if self._breaker is not None:
             self._watch(self._breaker, result, row.row_id)
@@ -273,13 +300,11 @@ class Runner:
     def _watch(self, breaker: Breaker, result: ExecutionResult, row_id: str) -> None:
         """Show ``result`` to the breaker; when it trips, stop dispatching (the rows in
         flight, this one's recording aside, finish and are recorded) and say so."""
-        trip = breaker.observe(result, row_id)
+        in_flight = len(self._flights) - 1  # the others: a flight leaves once recorded
+        trip = breaker.observe(result, row_id, in_flight=in_flight)
         if trip is None:
             return
         self._stopped_early = True
-        if self._stop is not None:
-            self._stop.set()
-        trip.in_flight = sum(1 for f in self._flights.values() if not f.recorded)
         if self._halt is not None:
             self._halt.set()
         waiting = f"; waiting for the {trip.in_flight} in flight" if trip.in_flight else ""
@@ -320,38 +345,99 @@ class Runner:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._halt.wait(), delay)
 
-    async def _attempt(self, item: WorkItem) -> ExecutionResult:
-        """One try of ``item`` through the backend; its final result."""
+    async def _attempt(self, flight: _Flight) -> ExecutionResult:
+        """One try of ``flight``'s item through the backend; its final result."""
+        item = flight.item
         assert item.request is not None
-        final: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-
-        def deliver(result: ExecutionResult) -> None:
-            if not final.done():
-                final.set_result(result)
-
-        def on_workflow_complete(result: ExecutionResult) -> None:
-            if result.status is RolloutStatus.GRADING:
-                self._display.row_phase(item.rollout_id, ProgressPhase.GRADING)
-            else:
-                deliver(result)
-
         try:
-            await self._backend.execute(item.request, on_workflow_complete, deliver)
-        except asyncio.CancelledError:
+            return await self._backend.run_rollout(
+                item.request, functools.partial(self._abandoned, flight)
+            )
+        except (asyncio.CancelledError, PhaseAbandoned):
             raise
         except Exception as exc:
             message = f"the backend failed: {type(exc).__name__}: {exc}"
-            deliver(ExecutionResult.failure(item.rollout_id, ErrorCategory.INTERNAL_ERROR, message))
-        if not final.done():
-            message = "the backend returned without a result (a backend bug)"
-            deliver(ExecutionResult.failure(item.rollout_id, ErrorCategory.INTERNAL_ERROR, message))
-        return final.result()
+            return ExecutionResult.failure(item.rollout_id, ErrorCategory.INTERNAL_ERROR, message)
 
-    async def _run_one(self, flight: _Flight) -> None:
+    def _abandoned(self, flight: _Flight, result: ExecutionResult) -> None:
+        """``flight``'s worker is stuck in code that ignored its deadline's cancellation:
+        leave it behind, and let a fresh worker go on with ``result`` (the timeout) and then
+        with the rest of the items."""
+        stuck = flight.worker
+        if flight.recorded or stuck is None or self._interrupted:
+            return
+        self._workers.discard(stuck)
+        flight.worker = None
+        self._spawn(flight, result)
+
+    def _spawn(self, flight: _Flight | None = None, result: ExecutionResult | None = None) -> None:
+        worker = start_task(self._work(flight, result))
+        self._workers.add(worker)
+        if worker.done():  # an eager task may have ended already
+            self._worker_ended(worker)
+        else:
+            worker.add_done_callback(self._worker_ended)
+
+    def _worker_ended(self, worker: asyncio.Task[None]) -> None:
+        self._workers.discard(worker)
+        if not self._workers and self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    async def _work(self, flight: _Flight | None, result: ExecutionResult | None) -> None:
+        """A worker: ``flight`` first (continued from ``result``, when a stuck worker left
+        it), then item after item until there are none, the run stops dispatching, or it
+        is interrupted."""
+        me = asyncio.current_task()
+        try:
+            if flight is not None:
+                flight.worker = me
+                await self._run_one(flight, result)
+            items = self._items
+            while not (self._interrupted or self._stopped_early):
+                if items is not None:
+                    try:
+                        item = next(items, None)
+                    except Exception as exc:  # reading the dataset failed: the run ends
+                        self._fail(exc)
+                        return
+                else:
+                    item = await self._next_async()
+                if item is None:
+                    return
+                flight = _Flight(item, time.monotonic())
+                flight.worker = me
+                self._flights[item.rollout_id] = flight
+                self._display.row_started(item.rollout_id)
+                await self._run_one(flight, None)
+        except PhaseAbandoned:
+            return  # a fresh worker took over this one's row and items
+
+    def _fail(self, exc: BaseException) -> None:
+        """End the run with ``exc`` now (it propagates from :meth:`run`)."""
+        if self._fatal is None:
+            self._fatal = exc
+        self._stopped_early = True
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    async def _next_async(self) -> WorkItem | None:
+        """The next item of the async iterable ``run`` was given; ``None`` at its end."""
+        assert self._async_items is not None and self._taking is not None
+        async with self._taking:
+            if self._interrupted or self._stopped_early:
+                return None
+            try:
+                return await anext(self._async_items)
+            except StopAsyncIteration:
+                return None
+            except Exception as exc:
+                self._fail(exc)
+                return None
+
+    async def _run_one(self, flight: _Flight, result: ExecutionResult | None) -> None:
+        """Run ``flight`` to its record: attempt, retry while the policy says so, record.
+        ``result``: the outcome of an attempt made already (by a worker left behind)."""
         item = flight.item
-        attempts: list[dict[str, Any]] = list(item.earlier or [])
-        first = attempt = len(attempts) + 1  # a rerun continues an earlier run's count
-        waited = 0.0
         masked = False
         try:
             if item.request is None:
@@ -361,51 +447,57 @@ class Runner:
                 self._record(flight, bad_row)
                 return
             while True:
-                result = await self._attempt(item)
-                await self._scrub_kept(result)
-                tries = attempt - first + 1  # the retry policy counts this invocation's
+                if result is None:
+                    result = await self._attempt(flight)
+                if result.backend.trial_dir is not None:
+                    await self._scrub_kept(result)
+                tries = flight.attempt - flight.first + 1  # the policy counts this invocation's
                 if (
                     self._interrupted
-                    or not self._retry.retries(result.error_category, tries, waited)
+                    or not self._retry.retries(result.error_category, tries, flight.waited)
                     or self._halted_on(result, item)
                 ):
                     break
-                delay = self._retry_delay(result, tries, waited)
+                delay = self._retry_delay(result, tries, flight.waited)
                 if delay is None:
                     break
                 self._mask_error(result)  # shown by the display before it is recorded
-                attempts.append(attempt_dict(attempt, result))
-                attempt += 1
+                flight.attempts.append(attempt_dict(flight.attempt, result))
+                flight.attempt += 1
                 self._display.row_retrying(
                     item.rollout_id, tries + 1, self._retry.max_attempts, delay, result
                 )
                 await self._backoff(delay)
                 if self._halted_on(result, item):  # tripped meanwhile: record this failure
-                    attempts.pop()
-                    attempt -= 1
+                    flight.attempts.pop()
+                    flight.attempt -= 1
                     masked = True
                     break
-                waited += delay
+                flight.waited += delay
                 flight.started = time.monotonic()
-            self._record(flight, result, attempt, attempts, masked)
+                result = None
+            self._record(flight, result, flight.attempt, flight.attempts, masked)
         except asyncio.CancelledError:
-            cancelled = _cancelled(item)
-            if flight.cancel_reason is not None:
-                cancelled = ExecutionResult.failure(
-                    item.rollout_id, ErrorCategory.CANCELLED, flight.cancel_reason, None
-                )
-            self._record(flight, cancelled, attempt, attempts)
+            reason = flight.cancelled
+            worker = asyncio.current_task()
+            if reason is None or worker is None or self._interrupted:
+                self._record(flight, _cancelled(item), flight.attempt, flight.attempts)
+                raise
+            if worker.uncancel():  # cancelled for another reason too: an interrupt
+                self._record(flight, _cancelled(item), flight.attempt, flight.attempts)
+                raise
+            cancelled = ExecutionResult.failure(
+                item.rollout_id, ErrorCategory.CANCELLED, reason, None
+            )
+            self._record(flight, cancelled, flight.attempt, flight.attempts)
+        except PhaseAbandoned:
+            raise
         except Exception as exc:  # a bug in recording: the run must not end as if it passed
             self._fatal = exc
             self.interrupt()
         finally:
-            self._flights.pop(item.rollout_id, None)
-            # Discard here, not only in the done callback: the dispatcher may wake first.
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.discard(task)
-            if self._wake is not None:
-                self._wake.set()
+            if flight.worker is asyncio.current_task():
+                self._flights.pop(item.rollout_id, None)
 
     async def _ticker(self) -> None:
         while True:
@@ -415,86 +507,53 @@ class Runner:
     async def run(self, items: Iterable[WorkItem] | AsyncIterable[WorkItem]) -> RunSummary:
         """Run every item (until interrupted) and return the summary of the whole run.
 
-        With an async iterable, a free worker awaits the next item (none is taken while
-        every slot is busy); the run ends when the iterable ends, or on an interrupt."""
-        self._wake = asyncio.Event()
+        ``items`` may be an async iterable: a free worker awaits its next item, and the run
+        ends when it ends (or on an interrupt)."""
+        loop = asyncio.get_running_loop()
         self._halt = asyncio.Event()
-        self._stop = asyncio.Event()
+        self._ended = loop.create_future()
+        if isinstance(items, AsyncIterable):
+            self._async_items = aiter(items)
+            self._taking = asyncio.Lock()
+        else:
+            self._items = iter(items)
         ticker = asyncio.create_task(self._ticker())
         try:
-            if isinstance(items, AsyncIterable):
-                await self._dispatch_async(aiter(items))
-            else:
-                for item in items:
-                    await self._free_slot()
-                    if self._interrupted or self._stopped_early:
-                        break
-                    self._dispatch(item)
-            await self._drain()
+            for _ in range(self._window):
+                if self._interrupted or self._stopped_early:
+                    break
+                self._spawn()
+            if self._workers and not self._ended.done():
+                await self._ended
+            if self._fatal is None or self._interrupted:
+                await self._drain()
         finally:
             ticker.cancel()
         if self._fatal is not None:
             raise self._fatal
-        summary = self._stats.build(output=str(self._writer.path), interrupted=self._interrupted)
-        summary.stopped_early = self._stopped_early
-        summary.breaker = None if self._breaker is None else self._breaker.tripped
-        return summary
-
-    async def _free_slot(self) -> None:
-        """Until fewer than ``window`` rows are in flight, or the run is interrupted."""
-        assert self._wake is not None
-        while len(self._tasks) >= self._window and not self._interrupted:
-            self._wake.clear()
-            await self._wake.wait()
-
-    async def _dispatch_async(self, items: AsyncIterator[WorkItem]) -> None:
-        """Dispatch items as ``items`` yields them, taking one only when a slot is free;
-        an interrupt or a stop (fail-fast, the breaker) ends the wait for the next."""
-        assert self._stop is not None
-        while True:
-            await self._free_slot()
-            if self._interrupted or self._stopped_early:
-                return
-            following = asyncio.ensure_future(anext(items))
-            stopping = asyncio.ensure_future(self._stop.wait())
-            try:
-                await asyncio.wait({following, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopping.cancel()
-            if not following.done():
-                following.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await following
-                return
-            try:
-                item = following.result()
-            except StopAsyncIteration:
-                return
-            if self._interrupted or self._stopped_early:
-                return
-            self._dispatch(item)
-
-    def _dispatch(self, item: WorkItem) -> None:
-        flight = _Flight(item, time.monotonic())
-        self._flights[item.rollout_id] = flight
-        self._display.row_started(item.rollout_id)
-        task = start_task(self._run_one(flight))
-        if not task.done():  # an eager task may have finished already
-            flight.task = task
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        return self._stats.build(
+            output=str(self._writer.path),
+            interrupted=self._interrupted,
+            stopped_early=self._stopped_early,
+            breaker=None if self._breaker is None else self._breaker.tripped,
+        )
 
     async def _drain(self) -> None:
-        """Wait for in-flight rows; after an interrupt, give them ``INTERRUPT_GRACE_SEC`` (or
-        the backend's ``cancel_grace_sec`` when longer)."""
-        assert self._wake is not None
-        while self._tasks and not self._interrupted:
-            self._wake.clear()
-            await self._wake.wait()
-        if not self._tasks:
+        """After an interrupt, give the rows in flight ``INTERRUPT_GRACE_SEC`` (or the
+        backend's ``cancel_grace_sec`` when longer) to be recorded; record the rest as
+        abandoned. A backend that runs rows' code in the workers themselves
+        (``runs_code_in_caller``) gets ``CANCEL_GRACE_SEC``: a row still running then is
+        code ignoring the cancellation, left behind and recorded as interrupted, as a phase
+        ignoring its deadline is."""
+        if not self._workers:
+            return
+        if self._backend.runs_code_in_caller:
+            await asyncio.wait(set(self._workers), timeout=CANCEL_GRACE_SEC)
+            for flight in list(self._flights.values()):
+                self._record(flight, _cancelled(flight.item))
             return
         grace = max(INTERRUPT_GRACE_SEC, self._backend.cancel_grace_sec)
-        _, still_running = await asyncio.wait(set(self._tasks), timeout=grace)
+        _, still_running = await asyncio.wait(set(self._workers), timeout=grace)
         abandoned_after = grace if still_running else None
         for flight in list(self._flights.values()):
             self._record(flight, _cancelled(flight.item, abandoned_after))

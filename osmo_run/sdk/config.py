@@ -8,6 +8,20 @@ from typing import Any
 
 DEFAULT_MAX_CONCURRENT = 4
 
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None)})
+
+
+def own_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``settings`` one rollout may change without changing another's: a plain
+    copy when every value is immutable (the common case, and far cheaper: it runs once per
+    phase), a deep copy when a value could be changed in place (a list, a mapping)."""
+    if not settings:
+        return {}
+    for value in settings.values():
+        if type(value) not in _IMMUTABLE:
+            return copy.deepcopy(settings)
+    return dict(settings)
+
 
 @dataclass
 class ConcurrencyConfig:
@@ -38,11 +52,8 @@ class AgentWorkflowConfig:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def fresh_copy(self) -> AgentWorkflowConfig:
-        """A copy one rollout may change freely (its settings deep-copied); cheap when
-        there are no settings, since it runs once per rollout."""
-        return AgentWorkflowConfig(
-            self.concurrency, copy.deepcopy(self.settings) if self.settings else {}
-        )
+        """A copy one rollout may change freely (see :func:`own_settings`)."""
+        return AgentWorkflowConfig(self.concurrency, own_settings(self.settings))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> AgentWorkflowConfig:
@@ -75,9 +86,7 @@ class GraderConfig:
 
     def fresh_copy(self) -> GraderConfig:
         """A copy one rollout may change freely (see ``AgentWorkflowConfig.fresh_copy``)."""
-        return GraderConfig(
-            copy.deepcopy(self.settings) if self.settings else {}, self.grade_without_label
-        )
+        return GraderConfig(own_settings(self.settings), self.grade_without_label)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> GraderConfig:

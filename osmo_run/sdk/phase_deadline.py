@@ -9,8 +9,14 @@ stalls do. Stdlib only.
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
+import weakref
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC, STALL_THRESHOLD_SEC
 from osmo_run.sdk.stalls import LoopStallMonitor, StallShare
@@ -106,3 +112,165 @@ class PhaseDeadline:
             f"({self.field_name}), while the event loop was blocked for {share.foreign:.2f}s by "
             f"{culprits}; that time was added to its deadline"
         )
+
+
+@dataclass(slots=True)
+class PhaseClock:
+    """A phase's deadline, unbuilt: most phases end at once and never need a
+    :class:`PhaseDeadline` (building one costs more than the rest of a no-op phase's
+    bookkeeping). Fields as for :class:`PhaseDeadline`."""
+
+    what: str
+    field_name: str
+    timeout_sec: float | None
+    started: float
+    owner: str
+    stalls: LoopStallMonitor | None = None
+
+    def deadline(self) -> PhaseDeadline:
+        return PhaseDeadline(
+            self.what, self.field_name, self.timeout_sec, self.started, self.owner, self.stalls
+        )
+
+    def past_wall_clock(self) -> PhaseDeadline | None:
+        """The deadline when the wall clock says the phase ran past it (others' stalls may
+        still excuse it: ask :meth:`PhaseDeadline.overrun`); ``None`` when it is in time."""
+        timeout = self.timeout_sec
+        if timeout is not None and time.monotonic() - self.started > timeout:
+            return self.deadline()
+        return None
+
+
+class PhaseAbandoned(BaseException):
+    """Raised in a task whose phase ignored cancellation past :data:`CANCEL_GRACE_SEC` and
+    was abandoned: the phase's timeout was handed on when it was abandoned, so the task has
+    nothing left to report and ends. A ``BaseException``: ``except Exception`` in the
+    rollout's own code must not turn it into a result."""
+
+
+@dataclass(slots=True, eq=False)
+class PhaseWatch:
+    """One phase running in ``task`` under ``deadline`` (see :class:`DeadlineSweeper`)."""
+
+    task: asyncio.Task[Any]
+    clock: PhaseClock
+    due: float
+    on_abandon: Callable[[PhaseDeadline], None]
+    deadline: PhaseDeadline | None = None
+    """Built once the wall clock passes ``due`` (most phases end before)."""
+    done: bool = False
+    """Set by the phase when it ends, however it ends."""
+    cancelled_at: float | None = None
+    """When the sweep cancelled the task at the deadline."""
+    abandoned: bool = False
+    """The task ignored that cancellation past the grace; ``on_abandon`` was called."""
+
+
+class DeadlineSweeper:
+    """Keeps the deadlines of the phases running on one event loop, with one timer for all.
+
+    Rows of a phase share one timeout, so phases watched in the order they start are in the
+    order their deadlines fall: one first-in-first-out queue per timeout, and a single
+    timer set for the earliest deadline of any queue. When it fires, the sweep walks each
+    queue's front, whose wall-clock deadline has passed, drops the phases that ended, asks
+    each one still running whether others' stalls extend its deadline
+    (:meth:`PhaseDeadline.remaining`), and cancels the task of each whose deadline has
+    passed. A task still in its phase :data:`CANCEL_GRACE_SEC` later (code that swallows
+    cancellation or blocks) is abandoned: its ``on_abandon(deadline)`` is called (soon, on
+    the loop), so its owner can move on. A phase costs an append and a flag; no timer and
+    no task of its own. Use :meth:`of` for the running loop's sweeper.
+    """
+
+    _by_loop: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, DeadlineSweeper]] = (
+        weakref.WeakKeyDictionary()
+    )
+    """For loops that take no attributes; the others hold their sweeper themselves, so a
+    closed loop and the tasks its sweeper still watches are garbage together."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queues: dict[float, deque[PhaseWatch]] = {}
+        self._cancelled: deque[PhaseWatch] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> DeadlineSweeper:
+        """The sweeper of ``loop`` (made on first use)."""
+        sweeper: DeadlineSweeper | None = getattr(loop, "_osmo_run_deadlines", None)
+        if sweeper is not None:
+            return sweeper
+        sweeper = cls._by_loop.get(loop)
+        if sweeper is None:
+            sweeper = cls(loop)
+            try:
+                loop._osmo_run_deadlines = sweeper  # type: ignore[attr-defined]
+            except AttributeError:  # a loop with slots (uvloop)
+                cls._by_loop[loop] = sweeper
+        return sweeper
+
+    def watch(
+        self,
+        task: asyncio.Task[Any],
+        clock: PhaseClock,
+        on_abandon: Callable[[PhaseDeadline], None],
+    ) -> PhaseWatch:
+        """Watch ``task``'s phase until its ``done`` is set; ``clock`` must have a
+        timeout."""
+        timeout = clock.timeout_sec
+        assert timeout is not None
+        watch = PhaseWatch(task, clock, clock.started + timeout, on_abandon)
+        queue = self._queues.get(timeout)
+        if queue is None:
+            queue = self._queues[timeout] = deque()
+        while queue and queue[0].done:  # phases end about in the order they start
+            queue.popleft()
+        queue.append(watch)
+        if watch.due < self._timer_at:
+            self._set_timer(watch.due)
+        return watch
+
+    def _set_timer(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._sweep)  # loop.time() is time.monotonic()
+
+    def _sweep(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        now = time.monotonic()
+        next_at = math.inf
+        for timeout, queue in list(self._queues.items()):
+            while queue and (queue[0].done or queue[0].cancelled_at is not None):
+                queue.popleft()
+            if not queue:
+                del self._queues[timeout]
+                continue
+            for watch in queue:  # the front whose wall-clock deadline has passed
+                if watch.due > now:
+                    next_at = min(next_at, watch.due)
+                    break
+                if watch.done or watch.cancelled_at is not None:
+                    continue
+                if watch.deadline is None:
+                    watch.deadline = watch.clock.deadline()
+                left = watch.deadline.remaining()  # others' stalls may extend it
+                if left > 0:
+                    next_at = min(next_at, now + left)
+                    continue
+                watch.cancelled_at = now
+                watch.task.cancel()
+                self._cancelled.append(watch)
+        cancelled = self._cancelled
+        while cancelled:
+            watch = cancelled[0]
+            grace_ends = (watch.cancelled_at or now) + CANCEL_GRACE_SEC
+            if not watch.done and grace_ends > now:
+                next_at = min(next_at, grace_ends)
+                break
+            cancelled.popleft()
+            if not watch.done:
+                watch.abandoned = True
+                self._loop.call_soon(watch.on_abandon, watch.deadline or watch.clock.deadline())
+        if next_at < self._timer_at:  # a phase watched meanwhile may have set it earlier
+            self._set_timer(next_at)

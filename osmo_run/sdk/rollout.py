@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,18 +27,26 @@ from osmo_run.sdk.context import (
 )
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
 from osmo_run.sdk.exits import exits_as_errors
-from osmo_run.sdk.phase_deadline import PhaseDeadline
+from osmo_run.sdk.phase_deadline import (
+    DeadlineSweeper,
+    PhaseAbandoned,
+    PhaseClock,
+    PhaseDeadline,
+)
 from osmo_run.sdk.samples import sample_from_output, sample_from_source
 from osmo_run.sdk.stalls import LoopStallMonitor, owner_task_name, rollout_owner
 from osmo_run.sdk.telemetry import fit_info, fit_metrics
 from osmo_run.sdk.types import (
+    NO_BACKEND_DETAILS,
     SAMPLE_REMOVED,
+    BackendDetails,
     ErrorCategory,
     ExecutionRequest,
     ExecutionResult,
     Phase,
     RolloutSample,
     RolloutStatus,
+    Timings,
     categorize_exception,
     describe_exception,
     validate_reward,
@@ -47,9 +55,13 @@ from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
 __all__ = [
     "CANCEL_GRACE_SEC",
+    "AbandonHandler",
     "GraderSource",
+    "PhaseAbandoned",
     "WorkflowSource",
     "categorize_exception",
+    "combine_phases",
+    "copy_result",
     "describe_exception",
     "grader_skip_reason",
     "make_grader",
@@ -66,16 +78,16 @@ WorkflowSource = type[AgentWorkflow] | AgentWorkflow
 GraderSource = type[Grader] | Grader
 
 
-DeadlineArgs = tuple[str, str, float | None, float, str, LoopStallMonitor | None]
-"""A phase's :class:`PhaseDeadline`, unbuilt: most phases end at once and never need it
-(building one costs more than the rest of a no-op phase's bookkeeping)."""
-
-
 class _DeadlineExceeded(Exception):
     def __init__(self, abandoned: bool, deadline: PhaseDeadline) -> None:
         super().__init__()
         self.abandoned = abandoned
         self.deadline = deadline
+
+
+AbandonHandler = Callable[[ExecutionResult], None]
+"""Receives the timeout result of a phase (or a rollout) abandoned because its code
+ignored cancellation: the owner of the stuck task moves on with it."""
 
 
 def _swallow_result(task: asyncio.Task[Any]) -> None:
@@ -101,15 +113,16 @@ def start_task(
     return loop.create_task(coro, context=context, name=name)
 
 
+_RAISED_INSIDE = "asyncio.CancelledError was raised inside the rollout's own code"
+
+
 def _outcome(task: asyncio.Task[T]) -> T:
     """The finished ``task``'s result. A ``CancelledError`` here came from inside: the
     deadline's cancellation is handled before, the caller's never reaches this point."""
     try:
         return task.result()
     except asyncio.CancelledError:
-        raise RuntimeError(
-            "asyncio.CancelledError was raised inside the rollout's own code"
-        ) from None
+        raise RuntimeError(_RAISED_INSIDE) from None
 
 
 async def _wait(task: asyncio.Task[Any], deadline: PhaseDeadline) -> None:
@@ -125,22 +138,21 @@ async def _wait(task: asyncio.Task[Any], deadline: PhaseDeadline) -> None:
         raise
 
 
-async def _await_with_deadline(
-    coro: Coroutine[Any, Any, Any], clock: DeadlineArgs, context: contextvars.Context
-) -> Any:
+async def _in_own_task(
+    coro: Coroutine[Any, Any, T], clock: PhaseClock, context: contextvars.Context
+) -> T:
     """Await ``coro`` in its own task (in ``context``); raise ``_DeadlineExceeded`` once the
-    deadline passes.
-
-    A coroutine that swallows cancellation is abandoned after ``CANCEL_GRACE_SEC`` so the
-    deadline holds. Cancelling the caller cancels the task.
+    deadline passes. For callers that cannot hand a stuck phase on (the sandbox runner,
+    :meth:`ExecutionBackend.execute`): a coroutine that swallows cancellation is abandoned
+    after ``CANCEL_GRACE_SEC`` so the deadline holds. Cancelling the caller cancels the task.
     """
-    task = start_task(coro, context, clock[4])
+    task = start_task(coro, context, clock.owner)
     if task.done():  # it finished without waiting: no timer
         try:
             return task.result()
         except asyncio.CancelledError:
             return _outcome(task)  # raised inside: _outcome says so
-    deadline = PhaseDeadline(*clock)
+    deadline = clock.deadline()
     await _wait(task, deadline)
     if task.done():
         return _outcome(task)
@@ -151,6 +163,113 @@ async def _await_with_deadline(
     elif not task.cancelled():
         _swallow_result(task)
     raise _DeadlineExceeded(not done, deadline)
+
+
+class _Resumed:
+    """Awaiting it goes on with ``coro`` from the point where its first step, taken by
+    hand, suspended on ``yielded``: what ``await coro`` would have done from there (sends,
+    throws and close passed through), each step run in ``context`` as a task of its own
+    would run it."""
+
+    __slots__ = ("_context", "_coro", "_yielded")
+
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], yielded: Any, context: contextvars.Context
+    ) -> None:
+        self._coro = coro
+        self._yielded = yielded
+        self._context = context
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        run = self._context.run
+        yielded = self._yielded
+        self._yielded = None
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    yielded = run(coro.throw, exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = run(coro.send, sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _in_place(
+    coro: Coroutine[Any, Any, T],
+    clock: PhaseClock,
+    on_abandon: Callable[[PhaseDeadline], None],
+) -> T:
+    """Await ``coro`` in the calling task under ``clock``'s deadline, kept by the loop's
+    :class:`DeadlineSweeper`: no task and no timer of its own. At the deadline the sweeper
+    cancels this task and ``_DeadlineExceeded`` is raised here; code that swallows the
+    cancellation past ``CANCEL_GRACE_SEC`` is abandoned: ``on_abandon(deadline)`` hands
+    the timeout on, and when the code ends at last :class:`PhaseAbandoned` ends the task.
+    A cancellation of the caller's own (an interrupt) propagates as ever.
+
+    The coroutine's steps run in a copy of the task's context, as in a task of its own:
+    context variables it sets do not outlive the phase (the next row this task runs does
+    not see them). The first step runs before the deadline is watched: a phase that ends
+    without waiting (a grader comparing strings) costs no watch at all.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    if sys.version_info < (3, 12):  # the stall monitor reads the owner from the task's name
+        task.set_name(owner_task_name(clock.owner))
+    context = contextvars.copy_context()
+    try:
+        yielded = context.run(coro.send, None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    except asyncio.CancelledError:
+        if task.cancelling():
+            raise
+        raise RuntimeError(_RAISED_INSIDE) from None
+    if clock.timeout_sec is None:
+        try:
+            return await _Resumed(coro, yielded, context)  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            if task.cancelling():
+                raise
+            raise RuntimeError(_RAISED_INSIDE) from None
+    watch = DeadlineSweeper.of(task.get_loop()).watch(task, clock, on_abandon)
+    try:
+        value = await _Resumed(coro, yielded, context)
+    except asyncio.CancelledError:
+        if watch.abandoned:
+            raise PhaseAbandoned from None
+        if watch.cancelled_at is None:
+            if task.cancelling():
+                raise  # the caller's
+            raise RuntimeError(_RAISED_INSIDE) from None
+        if task.uncancel():
+            raise  # the caller cancelled too
+        raise _DeadlineExceeded(False, watch.deadline or clock.deadline()) from None
+    except Exception:
+        if watch.abandoned:
+            raise PhaseAbandoned from None
+        if watch.cancelled_at is not None:  # it turned the deadline's cancellation into this
+            if task.uncancel():
+                raise asyncio.CancelledError from None
+            raise _DeadlineExceeded(False, watch.deadline or clock.deadline()) from None
+        raise
+    finally:
+        watch.done = True
+    if watch.abandoned:
+        raise PhaseAbandoned
+    if watch.cancelled_at is not None:  # it swallowed the deadline's cancellation in time
+        if task.uncancel():
+            raise asyncio.CancelledError
+        raise _DeadlineExceeded(False, watch.deadline or clock.deadline())
+    return value  # type: ignore[no-any-return]
 
 
 def make_workflow(source: WorkflowSource, config: AgentWorkflowConfig) -> AgentWorkflow:
@@ -175,32 +294,31 @@ async def run_workflow_phase(
     artifacts_root: Path | None = None,
     *,
     stalls: LoopStallMonitor | None = None,
+    on_abandon: AbandonHandler | None = None,
 ) -> ExecutionResult:
     """Run the workflow for ``request`` under its agent deadline; never raises but for
-    cancellation of the caller.
+    cancellation of the caller (and :class:`PhaseAbandoned`, below).
 
     Returns a SUCCESS result with the sample, or a FAILURE with category, message and
     phase. ``timings.workflow_sec``, ``usage`` (the model calls the workflow made) and
     ``warnings`` are set either way. ``stalls`` watches the loop this phase shares with
     other rows: their stalls extend its deadline, its own count against it.
+
+    With ``on_abandon`` the workflow runs in the calling task (no task of its own; the
+    loop's :class:`DeadlineSweeper` keeps the deadline). A workflow that ignores the
+    deadline's cancellation for ``CANCEL_GRACE_SEC`` is abandoned: its timeout result goes
+    to ``on_abandon`` at once, and the calling task, when the workflow finally returns,
+    ends with :class:`PhaseAbandoned`. Without it the workflow runs in a task of its own,
+    left behind when abandoned.
     """
     started = time.monotonic()
     timeout_sec = request.agent_timeout_sec
     deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
     rollout = RolloutContext(rollout_id=request.id, llm=llm, deadline=deadline)
-    context = contextvars.copy_context()
-    context.run(_current.set, rollout)  # also how the stall monitor knows the task's row
-    clock = (
-        "workflow",
-        "agent_timeout_sec",
-        request.agent_timeout_sec,
-        started,
-        request.id,
-        stalls,
-    )
+    clock = PhaseClock("workflow", "agent_timeout_sec", timeout_sec, started, request.id, stalls)
     try:
-        if request.agent_timeout_sec is not None and request.agent_timeout_sec <= 0:
-            message = PhaseDeadline(*clock).passed_message()
+        if timeout_sec is not None and timeout_sec <= 0:
+            message = clock.deadline().passed_message()
             result = ExecutionResult.failure(
                 request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW
             )
@@ -215,24 +333,55 @@ async def run_workflow_phase(
                 _artifacts_name=request.safe_name,
                 _warnings=rollout.warnings,
             )
-            output = await _await_with_deadline(
-                exits_as_errors(instance.run(ctx), "workflow"), clock, context
-            )
-            sample, info = sample_from_output(output)
-            if sample is None:  # the sample source's, under the same deadline
-                source = sample_from_source(rollout, output)
-                sample = await _await_with_deadline(source, clock, context)
+            produced = _produce(instance, ctx, rollout)
+            if on_abandon is None:
+                context = contextvars.copy_context()
+                context.run(_current.set, rollout)  # also how the stall monitor knows the row
+                sample, info = await _in_own_task(produced, clock, context)
+            else:
+
+                def abandoned(deadline: PhaseDeadline) -> None:
+                    timed_out = _workflow_timeout(request, rollout, deadline, True)
+                    on_abandon(_finish_workflow(timed_out, started, rollout))
+
+                token = _current.set(rollout)  # in the task's own context: the stall monitor
+                try:
+                    sample, info = await _in_place(produced, clock, abandoned)
+                finally:
+                    _current.reset(token)
             result = _workflow_result(request, clock, sample, info)
     except _DeadlineExceeded as exc:
-        if rollout.retrying is not None:  # waiting out a rate limit: the row fails with it
-            result = ExecutionResult.from_exception(request.id, rollout.retrying, Phase.WORKFLOW)
-        else:
-            message = exc.deadline.expired_message(exc.abandoned)
-            result = ExecutionResult.failure(
-                request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW
-            )
+        result = _workflow_timeout(request, rollout, exc.deadline, exc.abandoned)
     except Exception as exc:
         result = ExecutionResult.from_exception(request.id, exc, Phase.WORKFLOW)
+    return _finish_workflow(result, started, rollout)
+
+
+async def _produce(
+    instance: AgentWorkflow, ctx: AgentWorkflowContext, rollout: RolloutContext
+) -> tuple[RolloutSample, dict[str, Any]]:
+    """The workflow's sample and info: what it returned, or what its sample source gives
+    (under the same deadline)."""
+    output = await exits_as_errors(instance.run(ctx), "workflow")
+    sample, info = sample_from_output(output)
+    if sample is None:
+        sample = await sample_from_source(rollout, output)
+    return sample, info
+
+
+def _workflow_timeout(
+    request: ExecutionRequest, rollout: RolloutContext, deadline: PhaseDeadline, abandoned: bool
+) -> ExecutionResult:
+    if rollout.retrying is not None:  # waiting out a rate limit: the row fails with it
+        return ExecutionResult.from_exception(request.id, rollout.retrying, Phase.WORKFLOW)
+    message = deadline.expired_message(abandoned)
+    return ExecutionResult.failure(request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW)
+
+
+def _finish_workflow(
+    result: ExecutionResult, started: float, rollout: RolloutContext
+) -> ExecutionResult:
+    """``result`` with the phase's time, the warnings and the model usage of the rollout."""
     result.timings.workflow_sec = time.monotonic() - started
     if rollout.warnings:
         result.warnings.extend(rollout.warnings)
@@ -244,16 +393,13 @@ async def run_workflow_phase(
 
 def _workflow_result(
     request: ExecutionRequest,
-    clock: DeadlineArgs,
+    clock: PhaseClock,
     sample: RolloutSample,
     info: dict[str, Any],
 ) -> ExecutionResult:
     """The result of a workflow that returned: a timeout when it returned late, else the
     sample with its telemetry made writable."""
-    timeout = clock[2]  # the wall clock first: only past it can the phase have overrun
-    deadline = None
-    if timeout is not None and time.monotonic() - clock[3] > timeout:
-        deadline = PhaseDeadline(*clock)
+    deadline = clock.past_wall_clock()  # only past it can the phase have overrun
     if deadline is not None and deadline.overrun():
         message = deadline.late_message()
         return ExecutionResult.failure(request.id, ErrorCategory.TIMEOUT, message, Phase.WORKFLOW)
@@ -316,51 +462,77 @@ async def run_grader_phase(
     judge: LLMEndpoint | None = None,
     *,
     stalls: LoopStallMonitor | None = None,
+    on_abandon: AbandonHandler | None = None,
 ) -> ExecutionResult:
     """Grade a successful workflow result under the grader deadline; never raises but for
-    cancellation of the caller.
+    cancellation of the caller (and :class:`PhaseAbandoned`).
 
-    Returns ``workflow_result`` updated in place: SUCCESS with the reward on its sample
-    (or no reward and ``grader_skipped`` when the grader removed the sample), or FAILURE
-    (phase ``grader``) that keeps the sample. What the grader explained (``ctx.explain``)
-    goes to ``info["grader"]`` either way. The grader runs in a rollout context of its own
-    whose endpoint is ``judge`` (``ctx.judge``) and whose usage, the model calls the grader
-    made, becomes ``grader_usage`` (apart from the workflow's). ``stalls`` as for
-    :func:`run_workflow_phase`.
+    Returns a new result; ``workflow_result`` is left as it is (the grader works on a copy
+    of it): SUCCESS with the reward on its sample (or no reward and ``grader_skipped`` when
+    the grader removed the sample), or FAILURE (phase ``grader``) that keeps the sample.
+    What the grader explained (``ctx.explain``) goes to ``info["grader"]`` either way. The
+    grader runs in a rollout context of its own whose endpoint is ``judge`` (``ctx.judge``)
+    and whose usage, the model calls the grader made, becomes ``grader_usage`` (apart from
+    the workflow's). ``stalls`` and ``on_abandon`` as for :func:`run_workflow_phase`.
     """
     started = time.monotonic()
-    result = workflow_result
+    result = copy_result(workflow_result)
     result.info.pop(GRADER_INFO_KEY, None)  # an earlier grading's (regrade) is not this one's
     timeout_sec = request.grader_timeout_sec
     deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
     rollout = RolloutContext(rollout_id=request.id, llm=judge, deadline=deadline)
-    clock = (
-        "grader",
-        "grader_timeout_sec",
-        request.grader_timeout_sec,
-        started,
-        request.id,
-        stalls,
-    )
+    clock = PhaseClock("grader", "grader_timeout_sec", timeout_sec, started, request.id, stalls)
     warnings: list[str] = []
     graded: list[GraderContext] = []  # the grader's context, once made (for its explanation)
+    abandoned = None
+    if on_abandon is not None:
+
+        def abandoned(deadline: PhaseDeadline) -> None:
+            timed_out = copy_result(result)  # the stuck grader still holds the sample
+            _grader_timeout(timed_out, rollout, deadline, True)
+            on_abandon(_finish_grader(timed_out, started, rollout, list(warnings), graded))
+
     try:
-        if request.grader_timeout_sec is not None and request.grader_timeout_sec <= 0:
-            _fail_in_place(result, ErrorCategory.TIMEOUT, PhaseDeadline(*clock).passed_message())
+        if timeout_sec is not None and timeout_sec <= 0:
+            _fail_in_place(result, ErrorCategory.TIMEOUT, clock.deadline().passed_message())
         else:
             await _grade(
-                request, result, grader, config, artifacts_root, clock, warnings, rollout, graded
+                request,
+                result,
+                grader,
+                config,
+                artifacts_root,
+                clock,
+                warnings,
+                rollout,
+                graded,
+                abandoned,
             )
     except _DeadlineExceeded as exc:
-        if rollout.retrying is not None:  # waiting out a rate limit: grading fails with it
-            error = rollout.retrying
-            _fail_in_place(result, categorize_exception(error), describe_exception(error))
-        else:
-            _fail_in_place(
-                result, ErrorCategory.TIMEOUT, exc.deadline.expired_message(exc.abandoned)
-            )
+        _grader_timeout(result, rollout, exc.deadline, exc.abandoned)
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
+    return _finish_grader(result, started, rollout, warnings, graded)
+
+
+def _grader_timeout(
+    result: ExecutionResult, rollout: RolloutContext, deadline: PhaseDeadline, abandoned: bool
+) -> None:
+    if rollout.retrying is not None:  # waiting out a rate limit: grading fails with it
+        error = rollout.retrying
+        _fail_in_place(result, categorize_exception(error), describe_exception(error))
+    else:
+        _fail_in_place(result, ErrorCategory.TIMEOUT, deadline.expired_message(abandoned))
+
+
+def _finish_grader(
+    result: ExecutionResult,
+    started: float,
+    rollout: RolloutContext,
+    warnings: list[str],
+    graded: list[GraderContext],
+) -> ExecutionResult:
+    """``result`` with what the grader explained, its usage, its time and its warnings."""
     explained = graded[0].explained() if graded else None
     if explained is not None:  # kept on failure too: it says how far grading got
         result.info[GRADER_INFO_KEY] = explained
@@ -382,14 +554,16 @@ async def _grade(
     grader: GraderSource,
     config: GraderConfig,
     artifacts_root: Path | None,
-    clock: DeadlineArgs,
+    clock: PhaseClock,
     warnings: list[str],
     rollout: RolloutContext,
     graded: list[GraderContext],
+    on_abandon: Callable[[PhaseDeadline], None] | None,
 ) -> None:
     """Run the grader in ``rollout`` (its own context: the judge and its usage) and put its
     reward on ``result``; raises for what the phase reports. The grader's context is
-    appended to ``graded`` as soon as it exists."""
+    appended to ``graded`` as soon as it exists. With ``on_abandon`` the grader runs in
+    the calling task (see :func:`run_workflow_phase`)."""
     instance = make_grader(grader, config)
     if result.sample is None:
         result.sample = RolloutSample()
@@ -406,16 +580,21 @@ async def _grade(
         _warnings=warnings,
     )
     graded.append(ctx)
-    context = contextvars.copy_context()
-    context.run(_current.set, rollout)
-    context.run(rollout_owner.set, request.id)
-    returned = await _await_with_deadline(
-        exits_as_errors(instance.grade(ctx), "grader"), clock, context
-    )
-    timeout = clock[2]
-    deadline = None
-    if timeout is not None and time.monotonic() - clock[3] > timeout:
-        deadline = PhaseDeadline(*clock)
+    grading = exits_as_errors(instance.grade(ctx), "grader")
+    if on_abandon is None:
+        context = contextvars.copy_context()
+        context.run(_current.set, rollout)
+        context.run(rollout_owner.set, request.id)
+        returned = await _in_own_task(grading, clock, context)
+    else:
+        token = _current.set(rollout)
+        owner = rollout_owner.set(request.id)
+        try:
+            returned = await _in_place(grading, clock, on_abandon)
+        finally:
+            rollout_owner.reset(owner)
+            _current.reset(token)
+    deadline = clock.past_wall_clock()
     if deadline is not None and deadline.overrun():
         _fail_in_place(result, ErrorCategory.TIMEOUT, deadline.late_message())
         return
@@ -462,6 +641,81 @@ def _fail_in_place(result: ExecutionResult, category: ErrorCategory, message: st
     result.fail(category, message, Phase.GRADER)
     if result.sample is not None:
         result.sample.reward = None
+
+
+def copy_result(result: ExecutionResult) -> ExecutionResult:
+    """A copy of ``result`` that can be changed without changing it: its own sample (the
+    message list copied, not the messages), metrics, info, backend, timings and warnings."""
+    copied = object.__new__(ExecutionResult)
+    copied.__dict__.update(result.__dict__)
+    sample = result.sample
+    if sample is not None:
+        copied.sample = RolloutSample(
+            list(sample.messages),
+            dict(sample.metrics) if type(sample.metrics) is dict else sample.metrics,
+            sample.reward,
+            sample.remove_sample,
+        )
+    copied.info = dict(result.info)
+    copied.backend = result.backend  # immutable: shared
+    copied.warnings = list(result.warnings)
+    timings = object.__new__(Timings)
+    timings.__dict__.update(result.timings.__dict__)
+    copied.timings = timings
+    return copied
+
+
+def combine_phases(
+    workflow: ExecutionResult,
+    graded: ExecutionResult | None,
+    skipped: str | None = None,
+) -> ExecutionResult:
+    """The final result of a rollout from its workflow phase's result and its grader
+    phase's (``None``: not graded; ``skipped`` says why, for a successful workflow). Pure:
+    a new result with timings and warnings of its own, neither argument changed (their
+    samples are shared, not copied, unless one must change); the same for every backend.
+
+    The grader phase's result comes from a copy of the workflow's (in this process, or
+    from a grader process given it as JSON), so it repeats the workflow's warnings: each
+    warning is kept once, the workflow's first. The sample is the grader's (the
+    workflow's when a failed grader returned none); the workflow's own time, queueing and
+    usage are the workflow phase's.
+    """
+    if graded is None:
+        final = _shallow(workflow)
+        if final.status is RolloutStatus.SUCCESS:
+            final.grader_skipped = skipped
+            sample = final.sample
+            if skipped == SAMPLE_REMOVED and sample is not None and sample.reward is not None:
+                final.sample = sample = copy_result(workflow).sample
+                assert sample is not None
+                sample.reward = None
+        return final
+    final = _shallow(graded)
+    if final.sample is None:
+        final.sample = workflow.sample
+    if workflow.warnings:
+        own = [w for w in graded.warnings if w not in workflow.warnings]
+        final.warnings = [*workflow.warnings, *own]
+    final.timings.workflow_sec = workflow.timings.workflow_sec
+    final.timings.queued_sec = workflow.timings.queued_sec
+    final.usage = workflow.usage
+    if workflow.backend is not NO_BACKEND_DETAILS:  # the grader's details win where both say
+        both = {**workflow.backend.to_dict(), **graded.backend.to_dict()}
+        final.backend = BackendDetails.from_dict(both)
+    return final
+
+
+def _shallow(result: ExecutionResult) -> ExecutionResult:
+    """A copy of ``result`` sharing its sample, info and backend, with timings and a
+    warning list of its own."""
+    copied = object.__new__(ExecutionResult)
+    copied.__dict__.update(result.__dict__)
+    timings = object.__new__(Timings)
+    timings.__dict__.update(result.timings.__dict__)
+    copied.timings = timings
+    copied.warnings = list(result.warnings)
+    return copied
 
 
 def run_to_completion(main: Coroutine[Any, Any, T], grace_sec: float = CANCEL_GRACE_SEC) -> T:

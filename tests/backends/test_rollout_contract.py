@@ -222,10 +222,7 @@ def test_a_graded_row_is_delivered_grading_then_final_once_each(
     "contract_run",
     [
         "local",
-        pytest.param(
-            "process",
-            marks=pytest.mark.xfail(strict=True, reason="fixed on the core branch"),
-        ),
+        "process",
         HARBOR,
     ],
     indirect=True,
