@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients
+from osmo_run.sdk.model_layer import answered, model_call
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
@@ -111,8 +112,10 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
                 request = _fixed_request(http, request)
             retries = CallRetries(retry)
             while True:
-                try:
-                    response = await inner.handle_async_request(request)
+                try:  # under the run's limit for the endpoint and its budget
+                    async with model_call(str(request.url), retries.tries == 1) as slot:
+                        response = await inner.handle_async_request(request)
+                        slot.done(answered(response.status_code, response.headers))
                 except http.TransportError:
                     wait = retries.next_wait()
                     if wait is None:

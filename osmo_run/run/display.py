@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
@@ -76,6 +77,14 @@ class Display:
     def tick(self) -> None:
         """About once a second, for displays that print on a clock."""
 
+    model_status: Callable[[], str | None] | None = None
+    """The run's model layer's words for the counters line (``model slots 37/200 · 429s
+    12``): set by the run, read by the displays that show counters."""
+
+    def _model_text(self) -> str | None:
+        status = self.model_status
+        return None if status is None else status()
+
     def stop(self) -> None:
         """The run is over (also after an interrupt); leave the terminal as it was."""
 
@@ -108,7 +117,8 @@ class _Counts:
         if result.error_category is not None:
             self.categories[result.error_category.value] += 1
 
-    def line(self) -> str:
+    def line(self, model: str | None = None) -> str:
+        """The counters; ``model`` (the model layer's status) goes after them."""
         elapsed = time.monotonic() - self.started_at
         rate = self.done / elapsed if elapsed > 0 else 0.0
         line = (
@@ -122,6 +132,8 @@ class _Counts:
         if self.grader_prompt_tokens or self.grader_completion_tokens:
             tokens = self.grader_prompt_tokens + self.grader_completion_tokens
             line += f" · grader {tokens:,} tokens ({self.grader_completion_tokens:,} out)"
+        if model:
+            line += f" · {model}"
         return line
 
 
@@ -191,10 +203,10 @@ class PlainDisplay(Display):
         now = time.monotonic()
         if now >= self._next_progress:
             self._next_progress = now + self._interval
-            self._print("progress: " + self._counts.line())
+            self._print("progress: " + self._counts.line(self._model_text()))
 
     def stop(self) -> None:
-        self._print("finished: " + self._counts.line())
+        self._print("finished: " + self._counts.line(self._model_text()))
 
 
 class LiveDisplay(Display):
@@ -214,7 +226,7 @@ class LiveDisplay(Display):
     def __rich__(self) -> RenderableType:
         counts = self._counts
         header = Text(self._description, style="bold")
-        progress = Text(counts.line())
+        progress = Text(counts.line(self._model_text()))
         now = time.monotonic()
         in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1].started)
         running = Table(title=f"in flight ({len(in_flight)})", title_justify="left", expand=False)
@@ -397,11 +409,26 @@ def _passes_text(summary: RunSummary) -> str:
     return passes
 
 
+def _limits_text(limits: list[dict[str, object]]) -> str:
+    """Each endpoint's limit over the run, one line each:
+    ``http://127.0.0.1:8000 adaptive: min 30 · final 38 of 200 · 429s 12 of 5,210 calls``."""
+    lines = []
+    for limit in limits:
+        lines.append(
+            f"{limit['endpoint']} {limit['mode']}: min {limit['min']} · final {limit['final']} "
+            f"of {limit['ceiling']} · 429s {limit['throttled']:,} of {limit['calls']:,} calls"
+        )
+    return "\n".join(lines)
+
+
 def _stopped_row(summary: RunSummary) -> tuple[str, str]:
-    """The summary's row for a run that stopped starting rows: fail-fast's or the
-    breaker's, with what was not run."""
+    """The summary's row for a run that stopped starting rows: fail-fast's, the
+    breaker's or the budget's, with what was not run."""
     trip = summary.breaker
-    if trip is None:
+    if summary.budget is not None and trip is None:
+        name = "budget"
+        stopped = f"stopped sending model calls and starting rows: {summary.budget.reached}"
+    elif trip is None:
         name, stopped = "fail-fast", "stopped starting rows after the first failed rollout"
     else:
         name = "breaker"
@@ -450,6 +477,8 @@ def render_summary(summary: RunSummary) -> RenderableType:
         table.add_row("tokens", _usage_text(summary.usage))
     if summary.grader_usage is not None:  # a judge's, apart from the workflows'
         table.add_row("grader tokens", _usage_text(summary.grader_usage))
+    if summary.model and summary.model.get("model_limits"):
+        table.add_row("model slots", _limits_text(summary.model["model_limits"]))
     if summary.error_categories:
         largest = max(summary.error_categories.values())
         width = max(len(k) for k in summary.error_categories)

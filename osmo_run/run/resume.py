@@ -36,6 +36,7 @@ from osmo_run.run.runfiles import (
 )
 from osmo_run.run.summary import SummaryBuilder
 from osmo_run.sdk.names import rollout_name, safe_name
+from osmo_run.sdk.types import ErrorCategory
 
 
 @dataclass
@@ -190,10 +191,20 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
                 "pass --overwrite to start over"
             )
         _set_bit(placed, position)
-        rerun = status == "cancelled" or (
-            categories is not None
-            and status == "failure"
-            and (not categories or record.get("error_category") in categories)
+        rerun = (
+            status == "cancelled"
+            or (
+                # a row the spent budget stopped needed another model call: --resume (with a
+                # larger budget) runs it again, like a row that was in flight
+                plan.settings.resume
+                and status == "failure"
+                and record.get("error_category") == ErrorCategory.BUDGET_EXCEEDED.value
+            )
+            or (
+                categories is not None
+                and status == "failure"
+                and (not categories or record.get("error_category") in categories)
+            )
         )
         if not rerun and tripped_on is not None and _failed_with(record, tripped_on):
             rerun, tripped_reruns = True, tripped_reruns + 1
