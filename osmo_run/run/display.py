@@ -31,11 +31,13 @@ class _InFlight:
     phase: str
     """A :class:`ProgressPhase`, or the text of a retry in waiting."""
     retry_at: float | None = None
+    model_wait: bool = False
+    """A model call of the row waits for a slot under its endpoint's limit."""
 
     def phase_text(self, now: float) -> str:
         """The phase as shown; a row waiting to retry counts down to its next try."""
         if self.retry_at is None:
-            return self.phase
+            return self.phase + (", waiting for a model slot" if self.model_wait else "")
         return f"{self.phase}, next try in {max(self.retry_at - now, 0.0):.1f}s"
 
 
@@ -69,6 +71,10 @@ class Display:
 
     def row_finished(self, result: ExecutionResult) -> None:
         """A rollout's final result was recorded."""
+
+    def row_waiting_for_model(self, row_id: str, waiting: bool) -> None:
+        """A model call of an in-flight rollout started (``True``) or stopped waiting for a
+        slot under its endpoint's limit."""
 
     def message(self, text: str) -> None:
         """A line for the person watching (an interrupt, fail-fast, the breaker), shown
@@ -301,6 +307,11 @@ class LiveDisplay(Display):
             category = failed.error_category.value if failed.error_category else "failure"
             entry.phase = f"retry {attempt}/{max_attempts} after {category}"
             entry.retry_at = time.monotonic() + delay_sec
+
+    def row_waiting_for_model(self, row_id: str, waiting: bool) -> None:
+        entry = self._in_flight.get(row_id)
+        if entry is not None:
+            entry.model_wait = waiting
 
     def row_finished(self, result: ExecutionResult) -> None:
         self._in_flight.pop(result.rollout_id, None)

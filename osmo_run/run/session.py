@@ -220,6 +220,7 @@ def _run_rows(
             layer = model_layer(plan, state, backend.max_concurrency)
             use_model_layer(layer)  # this task's context: the rows' tasks inherit it
             display.model_status = layer.status
+            layer.on_wait = display.row_waiting_for_model
             with OutputWriter(plan.paths.results, plan.secrets) as writer:
                 runner = Runner(
                     backend,

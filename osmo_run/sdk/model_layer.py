@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from osmo_run.errors import BudgetExceededError
+from osmo_run.sdk.context import _current
 from osmo_run.sdk.model_budget import RunBudget
 from osmo_run.sdk.model_limits import ModelLimits, Outcome, Slot, outcome_of
 
@@ -28,6 +29,9 @@ class ModelLayer:
     def __init__(self, limits: ModelLimits, budget: RunBudget | None = None) -> None:
         self.limits = limits
         self.budget = budget if budget is not None and budget.limited else None
+        self.on_wait: Callable[[str, bool], None] | None = None
+        """Told ``(rollout_id, True)`` when a rollout's call starts waiting for a slot and
+        ``(rollout_id, False)`` when it stops (the live table shows it)."""
 
     def status(self) -> str | None:
         """The live display's words for the model layer (``None`` before any call)."""
@@ -80,7 +84,18 @@ async def model_call(url: str, first_try: bool = True) -> AsyncIterator[Slot | _
     if layer is None:
         yield _NoSlot()
         return
-    async with layer.limits.for_url(url).slot() as slot:
+    limit = layer.limits.for_url(url)
+    rollout = _current.get()
+    shown = None if layer.on_wait is None or rollout is None or not limit.full else rollout
+    if shown is not None and layer.on_wait is not None:
+        layer.on_wait(shown.rollout_id, True)
+    slot = limit.slot()
+    try:
+        await slot.__aenter__()
+    finally:
+        if shown is not None and layer.on_wait is not None:
+            layer.on_wait(shown.rollout_id, False)
+    try:
         if layer.budget is not None:
             try:
                 layer.budget.admit(first_try)
@@ -88,6 +103,8 @@ async def model_call(url: str, first_try: bool = True) -> AsyncIterator[Slot | _
                 slot.done(Outcome.NOT_SENT)
                 raise
         yield slot
+    finally:
+        await slot.__aexit__(None, None, None)
 
 
 def answered(status: int | None, headers: Any = None) -> Outcome:

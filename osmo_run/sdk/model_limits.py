@@ -142,6 +142,11 @@ class EndpointLimit:
         return max(1, int(self._limit))
 
     @property
+    def full(self) -> bool:
+        """Whether a call made now would wait for a slot."""
+        return self.in_flight >= self.limit or bool(self._waiters)
+
+    @property
     def waiting(self) -> int:
         """Tries waiting for a slot."""
         return len(self._waiters)  # a cancelled waiter removes itself
