@@ -171,7 +171,7 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     categories = plan.settings.retry_errors
     samples = plan.samples
     tripped_on = _breaker_cause(plan)
-    tripped_reruns = 0
+    tripped_reruns = budget_reruns = 0
     drop: set[tuple[str, int]] = set()
     done = bytearray()
     # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
@@ -191,15 +191,17 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
                 "pass --overwrite to start over"
             )
         _set_bit(placed, position)
+        # a row the spent budget stopped needed another model call: --resume (with a
+        # larger budget) runs it again, like a row that was in flight
+        budget_stopped = (
+            plan.settings.resume
+            and status == "failure"
+            and record.get("error_category") == ErrorCategory.BUDGET_EXCEEDED.value
+        )
+        budget_reruns += budget_stopped
         rerun = (
             status == "cancelled"
-            or (
-                # a row the spent budget stopped needed another model call: --resume (with a
-                # larger budget) runs it again, like a row that was in flight
-                plan.settings.resume
-                and status == "failure"
-                and record.get("error_category") == ErrorCategory.BUDGET_EXCEEDED.value
-            )
+            or budget_stopped
             or (
                 categories is not None
                 and status == "failure"
@@ -226,6 +228,11 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         state.note = (
             f"--retry-errors: {unfinished} rollouts never finished and do not run now (add "
             "--resume to run them); the gates count them as failures"
+        )
+    if budget_reruns:
+        state.note = (
+            f"--resume: the {budget_reruns} rollouts the budget stopped (budget_exceeded) run "
+            "again, with the rows not started"
         )
     if tripped_on is not None:
         state.note = (

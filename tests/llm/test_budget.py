@@ -115,6 +115,10 @@ def test_a_token_budget_stops_the_calls_and_resume_with_a_larger_one_finishes(
         code, text = _run(cli, tmp_path, spec, "--resume", "--budget-tokens", "5000")
 
     assert code == ExitCode.OK, text
+    assert (
+        f"--resume: the {len(refused)} rollouts the budget stopped (budget_exceeded) run "
+        "again, with the rows not started"
+    ) in text.splitlines()
     records = read_jsonl(_output(tmp_path))
     assert len(records) == ROWS and {r["status"] for r in records} == {"success"}
     rerun = [r for r in records if r["attempts"]]

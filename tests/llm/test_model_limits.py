@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from osmo_run.errors import ExitCode
+from osmo_run.sdk.model_layer import answered
 from osmo_run.sdk.model_limits import INITIAL_LIMIT, EndpointLimit, Outcome
 from tests.conftest import CLI, REPO, cli_env, read_jsonl
 from tests.llm.slot_stub import SlotStub, serve_slots
@@ -211,3 +212,14 @@ def test_a_call_cancelled_while_it_waits_takes_no_slot() -> None:
             assert limit.in_flight == 1
 
     asyncio.run(main())
+
+
+def test_what_counts_as_the_endpoint_saying_it_is_full() -> None:
+    assert answered(429, {}) is Outcome.THROTTLED
+    assert answered(503, {"retry-after": "2"}) is Outcome.THROTTLED
+    assert answered(503, {"retry-after-ms": "200"}) is Outcome.THROTTLED
+    assert answered(503, {}) is Outcome.NEUTRAL, "a 503 alone may be an outage, not a limit"
+    assert answered(500, {"retry-after": "2"}) is Outcome.NEUTRAL
+    assert answered(None) is Outcome.NEUTRAL, "no answer says nothing about the limit"
+    assert answered(200, {}) is Outcome.ANSWERED
+    assert answered(400, {}) is Outcome.ANSWERED, "the endpoint had room to refuse it"
