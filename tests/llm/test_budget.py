@@ -205,3 +205,26 @@ def test_a_budget_the_run_could_not_count_is_refused(cli: CLI, tmp_path: Path) -
     (line,) = error_lines(proc.stderr)
     assert "child processes (isolation: process) are not counted against a budget" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_path: Path) -> None:
+    """Trials call their model from their containers: refused up front, no Docker asked."""
+    proc = cli(
+        "harbor",
+        _data(tmp_path, 2),
+        "--task-dir",
+        REPO / "tasks" / "calculator",
+        "--workflow",
+        CHAT,
+        "--code-dir",
+        REPO,
+        "-o",
+        tmp_path / "out" / "results.jsonl",
+        "--budget-tokens",
+        "100",
+        env=cli_env(**ENV),
+    )
+    assert proc.returncode == ExitCode.INVALID_INPUT
+    (line,) = error_lines(proc.stderr)
+    assert "rows in Harbor trials are not counted against a budget" in line
+    assert not (tmp_path / "out").exists()
