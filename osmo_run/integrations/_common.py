@@ -102,9 +102,13 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
     """An async transport of the ``http`` module around ``inner`` that applies
     :func:`fill_assistant_content` to chat-completion requests and retries 429, 408, 5xx
     answers and failed connections per call (:mod:`osmo_run.sdk.model_retry`; the client
-    itself is built with ``max_retries=0``). A call whose tries run out returns its last
-    answer (openai raises ``RateLimitError``, ``InternalServerError``...) or raises its
-    last connection error (``APIConnectionError``)."""
+    itself is built with ``max_retries=0``). Each try waits for a slot under the run's
+    limit for the endpoint and is admitted by its budget first
+    (:func:`~osmo_run.sdk.model_layer.model_call`: a spent budget raises
+    ``BudgetExceededError``, which openai wraps in ``APIConnectionError``). A call whose
+    tries run out returns its last answer (openai raises ``RateLimitError``,
+    ``InternalServerError``...) or raises its last connection error
+    (``APIConnectionError``)."""
 
     class RolloutTransport(http.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
