@@ -21,8 +21,9 @@ Stdlib only: the SDK imports this module inside sandboxes.
     │   ├── OsmoRunSandboxInfraError      the environment is unusable (infra_error)
     │   ├── OsmoRunSandboxTimeoutError    the runner was killed at its hard deadline (timeout)
     │   └── OsmoRunSandboxRunnerError     the runner process itself failed (agent_error)
-    └── ModelAPIError                 a workflow's model endpoint failed (model_api_error)
-        └── RateLimitError            it answered 429 (rate_limit)
+    ├── ModelAPIError                 a workflow's model endpoint failed (model_api_error)
+    │   └── RateLimitError            it answered 429 (rate_limit)
+    └── BudgetExceededError           the run's budget is spent, no call sent (budget_exceeded)
 
 A rollout's own failures never propagate as exceptions: backends turn them into results with
 an error category (:class:`osmo_run.sdk.types.ErrorCategory`). The classes under
@@ -53,6 +54,10 @@ class ExitCode(enum.IntEnum):
     """The breaker stopped the run: K rollouts in a row failed with the same cause
     (infra_error, model_api_error or rate_limit); rows not yet started were not started,
     and --resume runs them once the cause is fixed (see osmo_run.run.breaker)."""
+    BUDGET_SPENT = 6
+    """The run's budget (tokens, usd or model calls) was spent: no further model call left,
+    rows that needed one ended as budget_exceeded, rows not yet started were not started;
+    --resume with a larger budget continues (see osmo_run.sdk.model_budget)."""
     INTERRUPTED = 130
     """Ctrl-C or SIGTERM: in-flight rows were recorded as cancelled."""
 
@@ -168,3 +173,9 @@ class ModelAPIError(OsmoRunError):
 
 class RateLimitError(ModelAPIError):
     """The model endpoint answered 429 Too Many Requests."""
+
+
+class BudgetExceededError(OsmoRunError):
+    """The run's budget (``budget:`` in the spec, ``--budget-tokens``, ``--budget-usd``) is
+    spent: the model call that raised it was never sent. Categorized ``budget_exceeded``
+    (never retried) by its class name, wherever a model client wrapped it."""

@@ -140,6 +140,23 @@ class RunFlags:
         ),
     ] = None
     env_file: EnvFileOption = None
+    budget_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--budget-tokens",
+            min=1,
+            help="Stop sending model calls once the run's calls used this many tokens "
+            "(spec budget.tokens); rows that need one end as budget_exceeded, exit 6.",
+        ),
+    ] = None
+    budget_usd: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-usd",
+            help="Stop sending model calls once the run's calls cost this many dollars, by "
+            "the spec's prices (spec budget.usd).",
+        ),
+    ] = None
     breaker: Annotated[
         int | None,
         typer.Option(

@@ -64,6 +64,8 @@ def load_run_spec(
         grader_sec=run.grader_timeout,
         breaker=False if run.no_breaker else run.breaker,
         dataset_format=run.dataset_format,
+        budget_tokens=run.budget_tokens,
+        budget_usd=run.budget_usd,
         harbor=harbor or HarborOverrides(),
     )
     try:

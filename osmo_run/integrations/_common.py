@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients
 from osmo_run.sdk.model_http import ModelTransport, TransportError
+from osmo_run.sdk.model_layer import answered, model_call
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
@@ -102,9 +103,13 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
     """An async transport of the ``http`` module around ``inner`` that applies
     :func:`fill_assistant_content` to chat-completion requests and retries 429, 408, 5xx
     answers and failed connections per call (:mod:`osmo_run.sdk.model_retry`; the client
-    itself is built with ``max_retries=0``). A call whose tries run out returns its last
-    answer (openai raises ``RateLimitError``, ``InternalServerError``...) or raises its
-    last connection error (``APIConnectionError``)."""
+    itself is built with ``max_retries=0``). Each try waits for a slot under the run's
+    limit for the endpoint and is admitted by its budget first
+    (:func:`~osmo_run.sdk.model_layer.model_call`: a spent budget raises
+    ``BudgetExceededError``, which openai wraps in ``APIConnectionError``). A call whose
+    tries run out returns its last answer (openai raises ``RateLimitError``,
+    ``InternalServerError``...) or raises its last connection error
+    (``APIConnectionError``)."""
 
     class RolloutTransport(http.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
@@ -112,8 +117,10 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
                 request = _fixed_request(http, request)
             retries = CallRetries(retry)
             while True:
-                try:
-                    response = await inner.handle_async_request(request)
+                try:  # under the run's limit for the endpoint and its budget
+                    async with model_call(str(request.url), retries.tries == 1) as slot:
+                        response = await inner.handle_async_request(request)
+                        slot.done(answered(response.status_code, response.headers))
                 except http.TransportError:
                     wait = retries.next_wait()
                     if wait is None:

@@ -55,7 +55,7 @@ class RolloutChatModel(OpenAIChatCompletionsModel):
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         started = time.monotonic()
         response = await super().get_response(*args, **kwargs)
-        record_usage(response.usage, time.monotonic() - started)
+        record_usage(response.usage, time.monotonic() - started, str(self.model))
         return response
 
     async def stream_response(

@@ -102,18 +102,22 @@ def markdown_summary(
 ) -> str:
     """A Markdown report: verdict, counts, rewards, histogram and the failed rows."""
     trip = summary.breaker
-    verdict = "❌ failed" if failures or trip is not None else "✅ passed"
+    spent = summary.budget
+    stopped = trip is not None or spent is not None
+    verdict = "❌ failed" if failures or stopped else "✅ passed"
     lines = [f"## osmo-run: {markdown_text(title)} — {verdict}", ""]
     lines += [f"- {failure.line()}" for failure in failures]
     if trip is not None:
         lines.append(f"- {markdown_text(trip.line())}")
+    if spent is not None:
+        lines.append(f"- {markdown_text(spent.line())}")
     if summary.not_run:
-        stopper = "fail-fast" if trip is None else "the breaker"
+        stopper = "the breaker" if trip is not None else "the budget" if spent else "fail-fast"
         why = f"{stopper} stopped the run" if summary.stopped_early else "--retry-errors alone"
         lines.append(
             f"- {summary.not_run} rollouts not run ({why}); the gates count them as failures"
         )
-    if failures or trip is not None or summary.not_run:
+    if failures or stopped or summary.not_run:
         lines.append("")
 
     def fmt(value: float | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
@@ -30,11 +31,13 @@ class _InFlight:
     phase: str
     """The phase name the backend reported, or the text of a retry in waiting."""
     retry_at: float | None = None
+    model_wait: bool = False
+    """A model call of the row waits for a slot under its endpoint's limit."""
 
     def phase_text(self, now: float) -> str:
         """The phase as shown; a row waiting to retry counts down to its next try."""
         if self.retry_at is None:
-            return self.phase
+            return self.phase + (", waiting for a model slot" if self.model_wait else "")
         return f"{self.phase}, next try in {max(self.retry_at - now, 0.0):.1f}s"
 
 
@@ -73,12 +76,24 @@ class Display:
     def row_finished(self, result: ExecutionResult) -> None:
         """A rollout's final result was recorded."""
 
+    def row_waiting_for_model(self, row_id: str, waiting: bool) -> None:
+        """A model call of an in-flight rollout started (``True``) or stopped waiting for a
+        slot under its endpoint's limit."""
+
     def message(self, text: str) -> None:
         """A line for the person watching (an interrupt, fail-fast, the breaker), shown
         as it is: never read as markup."""
 
     def tick(self) -> None:
         """About once a second, for displays that print on a clock."""
+
+    model_status: Callable[[], str | None] | None = None
+    """The run's model layer's words for the counters line (``model slots 37/200 · 429s
+    12``): set by the run, read by the displays that show counters."""
+
+    def _model_text(self) -> str | None:
+        status = self.model_status
+        return None if status is None else status()
 
     def stop(self) -> None:
         """The run is over (also after an interrupt); leave the terminal as it was."""
@@ -112,7 +127,8 @@ class _Counts:
         if result.error_category is not None:
             self.categories[result.error_category.value] += 1
 
-    def line(self) -> str:
+    def line(self, model: str | None = None) -> str:
+        """The counters; ``model`` (the model layer's status) goes after them."""
         elapsed = time.monotonic() - self.started_at
         rate = self.done / elapsed if elapsed > 0 else 0.0
         line = (
@@ -126,6 +142,8 @@ class _Counts:
         if self.grader_prompt_tokens or self.grader_completion_tokens:
             tokens = self.grader_prompt_tokens + self.grader_completion_tokens
             line += f" · grader {tokens:,} tokens ({self.grader_completion_tokens:,} out)"
+        if model:
+            line += f" · {model}"
         return line
 
 
@@ -198,10 +216,10 @@ class PlainDisplay(Display):
         now = time.monotonic()
         if now >= self._next_progress:
             self._next_progress = now + self._interval
-            self._print("progress: " + self._counts.line())
+            self._print("progress: " + self._counts.line(self._model_text()))
 
     def stop(self) -> None:
-        self._print("finished: " + self._counts.line())
+        self._print("finished: " + self._counts.line(self._model_text()))
 
 
 class LiveDisplay(Display):
@@ -221,7 +239,7 @@ class LiveDisplay(Display):
     def __rich__(self) -> RenderableType:
         counts = self._counts
         header = Text(self._description, style="bold")
-        progress = Text(counts.line())
+        progress = Text(counts.line(self._model_text()))
         now = time.monotonic()
         in_flight = sorted(self._in_flight.copy().items(), key=lambda item: item[1].started)
         running = Table(title=f"in flight ({len(in_flight)})", title_justify="left", expand=False)
@@ -299,6 +317,11 @@ class LiveDisplay(Display):
             category = failed.error_category.value if failed.error_category else "failure"
             entry.phase = f"retry {attempt}/{max_attempts} after {category}"
             entry.retry_at = time.monotonic() + delay_sec
+
+    def row_waiting_for_model(self, row_id: str, waiting: bool) -> None:
+        entry = self._in_flight.get(row_id)
+        if entry is not None:
+            entry.model_wait = waiting
 
     def row_finished(self, result: ExecutionResult) -> None:
         self._in_flight.pop(result.rollout_id, None)
@@ -407,11 +430,26 @@ def _passes_text(summary: RunSummary) -> str:
     return passes
 
 
+def _limits_text(limits: list[dict[str, object]]) -> str:
+    """Each endpoint's limit over the run, one line each:
+    ``http://127.0.0.1:8000 adaptive: min 30 · final 38 of 200 · 429s 12 of 5,210 calls``."""
+    lines = []
+    for limit in limits:
+        lines.append(
+            f"{limit['endpoint']} {limit['mode']}: min {limit['min']} · final {limit['final']} "
+            f"of {limit['ceiling']} · 429s {limit['throttled']:,} of {limit['calls']:,} calls"
+        )
+    return "\n".join(lines)
+
+
 def _stopped_row(summary: RunSummary) -> tuple[str, str]:
-    """The summary's row for a run that stopped starting rows: fail-fast's or the
-    breaker's, with what was not run."""
+    """The summary's row for a run that stopped starting rows: fail-fast's, the
+    breaker's or the budget's, with what was not run."""
     trip = summary.breaker
-    if trip is None:
+    if summary.budget is not None and trip is None:
+        name = "budget"
+        stopped = f"stopped sending model calls and starting rows: {summary.budget.reached}"
+    elif trip is None:
         name, stopped = "fail-fast", "stopped starting rows after the first failed rollout"
     else:
         name = "breaker"
@@ -460,6 +498,8 @@ def render_summary(summary: RunSummary) -> RenderableType:
         table.add_row("tokens", _usage_text(summary.usage))
     if summary.grader_usage is not None:  # a judge's, apart from the workflows'
         table.add_row("grader tokens", _usage_text(summary.grader_usage))
+    if summary.model and summary.model.get("model_limits"):
+        table.add_row("model slots", _limits_text(summary.model["model_limits"]))
     if summary.error_categories:
         largest = max(summary.error_categories.values())
         width = max(len(k) for k in summary.error_categories)

@@ -29,12 +29,15 @@ def exit_code_for(summary: RunSummary, failures: list[GateFailure] | None = None
 
     ``failures`` defaults to the verdict without gates (any failed rollout fails). A run
     the breaker stopped is :attr:`ExitCode.SYSTEMIC_FAILURE` whatever the gates say: what
-    it ran says nothing about the rows it did not start.
+    it ran says nothing about the rows it did not start; so is one the budget stopped
+    :attr:`ExitCode.BUDGET_SPENT`.
     """
     if summary.interrupted:
         return ExitCode.INTERRUPTED
     if summary.breaker is not None:
         return ExitCode.SYSTEMIC_FAILURE
+    if summary.budget is not None:
+        return ExitCode.BUDGET_SPENT
     if failures is None:
         failures = evaluate(summary, Gates())
     if not failures:
@@ -108,13 +111,18 @@ def finish_run(plan: RunPlan, summary: RunSummary, console: Console, title: str)
         unit = "rows" if plan.samples == 1 else "rollouts"
         line = one_line(summary.breaker.line(unit))
         console.print(line, style="red", markup=False, soft_wrap=True)
+    if summary.budget is not None:
+        console.print(summary.budget.line(), style="red", markup=False, soft_wrap=True)
     problems += _write_ci_reports(plan, summary, failures, title)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if settings.json_summary:
         verdict = {
             "exit_code": int(code),
-            "passed": not failures and not summary.interrupted and summary.breaker is None,
+            "passed": not failures
+            and not summary.interrupted
+            and summary.breaker is None
+            and summary.budget is None,
             "gate_failures": [vars(f) for f in failures],
             "run_dir": str(plan.paths.directory),
             "summary": summary.to_dict(),

@@ -56,6 +56,10 @@ class SpecOverrides:
     """``--breaker K`` (a number) or ``--no-breaker`` (``False``): ``RunSpec.breaker``."""
     dataset_format: str | None = None
     """``--dataset-format``: ``dataset.format``."""
+    budget_tokens: int | None = None
+    """``--budget-tokens``: ``budget.tokens``."""
+    budget_usd: float | None = None
+    """``--budget-usd``: ``budget.usd``."""
     harbor: HarborOverrides = field(default_factory=HarborOverrides)
 
     def top_level(self) -> dict[str, Any]:
@@ -98,6 +102,8 @@ def spec_with_overrides(spec_path: Path | None, overrides: SpecOverrides) -> Run
     data["timeouts"] = {**(data.get("timeouts") or {}), **_given(timeouts)}
     dataset = {"format": overrides.dataset_format}
     data["dataset"] = {**(data.get("dataset") or {}), **_given(dataset)}
+    budget = {"tokens": overrides.budget_tokens, "usd": overrides.budget_usd}
+    data["budget"] = {**(data.get("budget") or {}), **_given(budget)}
     harbor = vars(overrides.harbor)
     data["harbor"] = {**(data.get("harbor") or {}), **_given(harbor)}
     try:

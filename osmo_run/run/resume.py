@@ -36,6 +36,7 @@ from osmo_run.run.runfiles import (
 )
 from osmo_run.run.summary import SummaryBuilder
 from osmo_run.sdk.names import rollout_name, safe_name
+from osmo_run.sdk.types import ErrorCategory
 
 
 @dataclass
@@ -170,7 +171,7 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
     categories = plan.settings.retry_errors
     samples = plan.samples
     tripped_on = _breaker_cause(plan)
-    tripped_reruns = 0
+    tripped_reruns = budget_reruns = 0
     drop: set[tuple[str, int]] = set()
     done = bytearray()
     # --retry-errors alone runs exactly the dropped rollouts; with --resume, all unfinished.
@@ -190,10 +191,22 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
                 "pass --overwrite to start over"
             )
         _set_bit(placed, position)
-        rerun = status == "cancelled" or (
-            categories is not None
+        # a row the spent budget stopped needed another model call: --resume (with a
+        # larger budget) runs it again, like a row that was in flight
+        budget_stopped = (
+            plan.settings.resume
             and status == "failure"
-            and (not categories or record.get("error_category") in categories)
+            and record.get("error_category") == ErrorCategory.BUDGET_EXCEEDED.value
+        )
+        budget_reruns += budget_stopped
+        rerun = (
+            status == "cancelled"
+            or budget_stopped
+            or (
+                categories is not None
+                and status == "failure"
+                and (not categories or record.get("error_category") in categories)
+            )
         )
         if not rerun and tripped_on is not None and _failed_with(record, tripped_on):
             rerun, tripped_reruns = True, tripped_reruns + 1
@@ -215,6 +228,11 @@ def _kept_and_rerun(plan: RunPlan, state: ResumeState) -> ResumeState:
         state.note = (
             f"--retry-errors: {unfinished} rollouts never finished and do not run now (add "
             "--resume to run them); the gates count them as failures"
+        )
+    if budget_reruns:
+        state.note = (
+            f"--resume: the {budget_reruns} rollouts the budget stopped (budget_exceeded) run "
+            "again, with the rows not started"
         )
     if tripped_on is not None:
         state.note = (

@@ -11,9 +11,15 @@ DEFAULT_RETRY_CATEGORIES = frozenset(
     {ErrorCategory.INFRA_ERROR, ErrorCategory.RATE_LIMIT, ErrorCategory.MODEL_API_ERROR}
 )
 NEVER_RETRIED = frozenset(
-    {ErrorCategory.VALIDATION_ERROR, ErrorCategory.CANCELLED, ErrorCategory.INTERNAL_ERROR}
+    {
+        ErrorCategory.VALIDATION_ERROR,
+        ErrorCategory.CANCELLED,
+        ErrorCategory.INTERNAL_ERROR,
+        ErrorCategory.BUDGET_EXCEEDED,
+    }
 )
-"""A validation error repeats on every attempt; cancellation and bugs are not transient."""
+"""A validation error repeats on every attempt; cancellation and bugs are not transient; a
+spent budget stays spent for the rest of the invocation."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from osmo_run.run.scrub import scrub_directory
 from osmo_run.run.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC, INTERRUPT_GRACE_SEC
 from osmo_run.sdk.messages import short_message
+from osmo_run.sdk.model_layer import current_model_layer
 from osmo_run.sdk.model_retry import asked_wait_sec
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.phase_deadline import PhaseAbandoned
@@ -313,6 +314,20 @@ class Runner:
             f"({trip.message}); no further rows are started{waiting}"
         )
 
+    def _budget_spent(self) -> bool:
+        """Whether the run's model budget is spent: then no further row starts (it could
+        send no model call), the rows in flight finish, and the run says so once."""
+        layer = current_model_layer()
+        if layer is None or layer.budget is None or not layer.budget.spent:
+            return False
+        if not self._stopped_early:
+            self._stopped_early = True
+            self._display.message(
+                f"budget: {layer.budget.reached()} reached; no further model call is sent "
+                "and no further rows are started"
+            )
+        return True
+
     def _halted_on(self, result: ExecutionResult, item: WorkItem) -> bool:
         """Whether the breaker has tripped on the cause ``result`` failed with (retrying it
         would learn nothing new)."""
@@ -393,7 +408,7 @@ class Runner:
                 flight.worker = me
                 await self._run_one(flight, result)
             items = self._items
-            while not (self._interrupted or self._stopped_early):
+            while not (self._interrupted or self._stopped_early or self._budget_spent()):
                 if items is not None:
                     try:
                         item = next(items, None)

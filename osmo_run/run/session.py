@@ -16,7 +16,7 @@ import sys
 from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.errors import ExitCode
+from osmo_run.errors import ExitCode, SpecError
 from osmo_run.run.breaker import Breaker
 from osmo_run.run.collector import tuned_for_rollouts
 from osmo_run.run.display import Display, make_display
@@ -30,6 +30,9 @@ from osmo_run.run.runlock import run_locked
 from osmo_run.run.runner import Runner, work_items
 from osmo_run.run.settings import BackendContext, BackendFactory, RunSettings
 from osmo_run.run.summary import RunSummary, with_not_run
+from osmo_run.sdk.model_budget import Price, RunBudget
+from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
+from osmo_run.sdk.model_limits import ModelLimits
 from osmo_run.sdk.rollout import run_to_completion
 
 __all__ = ["ExitCode", "execute_run", "exit_code_for", "write_summary"]
@@ -44,6 +47,7 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
+    _check_budget_is_counted(plan)
     if not plan.paths.results.is_dir():  # a directory gets its own line from prepare_run_dir
         check_writable(plan.paths.results, "--output")  # named as the flag, before the lock
     with run_locked(plan.paths):  # one live invocation per run: held until the summary
@@ -102,6 +106,60 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     return with_model_server(plan, endpoint, info, note)
 
 
+def _check_budget_is_counted(plan: RunPlan) -> None:
+    """Refuse a budget the run could not hold (it fails closed, never open): the model
+    calls of rows in child processes (``isolation: process``) and in Harbor trials do not
+    pass through this process, so nothing would count them."""
+    budget = plan.spec.budget
+    if budget.tokens is None and budget.usd is None and budget.model_calls is None:
+        return
+    where = (
+        "Harbor trials"
+        if plan.settings.backend_name == "harbor"
+        else "child processes (isolation: process)"
+        if plan.spec.isolation == "process"
+        else None
+    )
+    if where is not None:
+        raise SpecError(
+            f"budget: the model calls of rows in {where} are not counted against a budget "
+            "yet, so it could not stop them; remove budget (and --budget-tokens, "
+            "--budget-usd) or run in-process (osmo-run local, isolation: none)"
+        )
+
+
+def model_layer(plan: RunPlan, state: ResumeState, concurrency: int) -> ModelLayer:
+    """The run's model layer: an adaptive limit per endpoint under ``concurrency`` (fixed
+    where the spec's ``llm`` or ``judge`` gives ``max_concurrency``), and the spec's budget,
+    counting what the rollouts kept from earlier invocations spent (``--resume``)."""
+    spec = plan.spec
+    limits = ModelLimits(concurrency)
+    for section, endpoint in ((spec.llm, plan.llm), (spec.judge, plan.judge)):
+        if section is not None and endpoint is not None and section.max_concurrency:
+            limits.fix(endpoint.base_url, section.max_concurrency)
+    prices = {
+        model: Price(price.input_per_mtok, price.output_per_mtok)
+        for model, price in spec.prices.items()
+    }
+    llm_model = None if spec.llm is None else spec.llm.model
+    budget = RunBudget(
+        spec.budget.tokens, spec.budget.usd, spec.budget.model_calls, prices, llm_model
+    )
+    if budget.limited and state.kept:
+        kept = state.stats.build()
+        judge_model = None if spec.judge is None else spec.judge.model
+        for usage, model in ((kept.usage, llm_model), (kept.grader_usage, judge_model)):
+            if usage is not None:
+                price = prices.get(model or "")
+                cost = (
+                    0.0
+                    if price is None
+                    else price.cost(usage.prompt_tokens, usage.completion_tokens)
+                )
+                budget.seed(usage.total_tokens, cost, usage.model_calls)
+    return ModelLayer(limits, budget)
+
+
 def _describe(plan: RunPlan, state: ResumeState, backend: ExecutionBackend) -> str:
     """The line the display starts with: what runs, how many, where it goes."""
     samples = plan.samples
@@ -157,6 +215,10 @@ def _run_rows(
                     file=sys.stderr,
                 )
                 raise KeyboardInterrupt from None  # exit 130
+            layer = model_layer(plan, state, backend.max_concurrency)
+            use_model_layer(layer)  # this task's context: the rows' tasks inherit it
+            display.model_status = layer.status
+            layer.on_wait = display.row_waiting_for_model
             with OutputWriter(plan.paths.results, plan.secrets) as writer:
                 runner = Runner(
                     backend,
@@ -178,10 +240,17 @@ def _run_rows(
                     state.earlier_attempts(plan.samples),
                 )
                 try:
-                    return await runner.run(items)
+                    summary = await runner.run(items)
                 finally:
                     display.stop()
                     await backend.aclose()
+                summary.model = layer.summary()
+                budget = layer.budget
+                if budget is not None and (
+                    budget.refused_calls or (budget.spent and plan.rollouts > summary.total)
+                ):
+                    summary.budget = budget.stopped()
+                return summary
 
         with tuned_for_rollouts():
             return run_to_completion(main())

@@ -135,6 +135,11 @@ class LLMSpec(_Strict):
         default=None,
         description="Name of the environment variable holding the API key (never the key)",
     )
+    max_concurrency: Count | None = Field(
+        default=None,
+        description="Calls in flight to this endpoint, fixed; default adaptive: backs off "
+        "on HTTP 429 and grows back as calls succeed, at most the run's concurrency",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -182,6 +187,28 @@ class JudgeSpec(LLMSpec):
     ``llm: embedded`` when both ask for it. Its key is a secret like the llm's."""
 
     section: ClassVar[str] = "judge"
+
+
+class BudgetSpec(_Strict):
+    """What the run may spend on model calls; once a limit is reached no new call leaves."""
+
+    tokens: Count | None = Field(
+        default=None, description="Prompt and completion tokens of every model call, in all"
+    )
+    usd: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Dollars, priced by the spec's prices for each model",
+    )
+    model_calls: Count | None = Field(default=None, description="Model calls, in all")
+
+
+class PriceSpec(_Strict):
+    """One model's price, in dollars per million tokens."""
+
+    input_per_mtok: float = Field(ge=0, allow_inf_nan=False, description="Prompt tokens")
+    output_per_mtok: float = Field(ge=0, allow_inf_nan=False, description="Completion tokens")
 
 
 class TimeoutsSpec(_Strict):
@@ -531,6 +558,33 @@ class RunSpec(_Strict):
         if isinstance(value, list):
             return {"only": value}
         return value
+
+    budget: BudgetSpec = Field(
+        default_factory=BudgetSpec,
+        description="{tokens, usd, model_calls}: once one is spent no new model call "
+        "leaves; rows that needed one end as budget_exceeded (exit 6)",
+    )
+    prices: dict[str, PriceSpec] = Field(
+        default_factory=dict,
+        description="{MODEL: {input_per_mtok, output_per_mtok}}: dollars per million tokens, "
+        "for budget.usd (never fetched)",
+    )
+
+    @model_validator(mode="after")
+    def _usd_needs_prices(self) -> RunSpec:
+        if self.budget.usd is None:
+            return self
+        for section in (self.llm, self.judge):
+            if (
+                section is not None
+                and section.model is not None
+                and section.model not in self.prices
+            ):
+                raise ValueError(
+                    f"budget.usd needs the price of {section.section}.model {section.model!r}: "
+                    f"add prices: {{{section.model}: {{input_per_mtok: X, output_per_mtok: Y}}}}"
+                )
+        return self
 
     breaker: int | None = Field(
         default=DEFAULT_BREAKER_AFTER,

@@ -16,6 +16,7 @@ from typing import Any
 from osmo_run.run.breaker import BreakerTrip
 from osmo_run.run.quantiles import QuantileSketch
 from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
+from osmo_run.sdk.model_budget import BudgetSpent
 from osmo_run.sdk.types import ExecutionResult, LLMUsage
 
 
@@ -139,6 +140,11 @@ class RunSummary:
     """The workflows' model tokens and calls; ``None`` when no rollout reported any."""
     grader_usage: UsageSummary | None = None
     """The graders' (a judge's), apart from the workflows'; ``None`` when none made any."""
+    model: dict[str, Any] | None = None
+    """The model layer's record: each endpoint's limit (``model_limits``: min, final, 429s)
+    and the budget with what was spent (:meth:`osmo_run.sdk.model_layer.ModelLayer.summary`)."""
+    budget: BudgetSpent | None = None
+    """Why the budget stopped the run (``None``: it did not)."""
 
     @property
     def mean_reward_graded(self) -> float | None:
@@ -205,6 +211,13 @@ class RunSummary:
             "breaker": None if self.breaker is None else self.breaker.to_dict(),
             "usage": None if self.usage is None else self.usage.to_dict(),
             "grader_usage": None if self.grader_usage is None else self.grader_usage.to_dict(),
+            "model_limits": (self.model or {}).get("model_limits", []),
+            "budget": {
+                **(self.model or {}).get("budget", {}),
+                "stopped": None if self.budget is None else self.budget.to_dict(),
+            }
+            if self.model and "budget" in self.model
+            else None,
         }
 
 

@@ -24,6 +24,7 @@ from osmo_run.errors import ModelAPIError, RateLimitError
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.model_clients import current_model_clients
 from osmo_run.sdk.model_http import HTTPAnswer, TransportError, post_in_own_thread
+from osmo_run.sdk.model_layer import answered, model_call, record_spent
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
@@ -82,7 +83,8 @@ async def _post_with_retries(
     pending: ModelAPIError | None = None
     try:
         while True:
-            answer, error, retry_after = await _try_once(url, body, headers, timeout_sec)
+            first = retries.tries == 1
+            answer, error, retry_after = await _try_once(url, body, headers, timeout_sec, first)
             if error is None:
                 assert answer is not None
                 return answer
@@ -100,17 +102,21 @@ async def _post_with_retries(
 
 
 async def _try_once(
-    url: str, body: bytes, headers: dict[str, str], timeout_sec: float
+    url: str, body: bytes, headers: dict[str, str], timeout_sec: float, first: bool = True
 ) -> tuple[HTTPAnswer, None, None] | tuple[HTTPAnswer | None, ModelAPIError, float | None]:
-    """One try: its answer when it is not worth retrying, else the answer (if any), the
-    error it stands for and the wait the endpoint asked for. Raises ``ModelAPIError`` for
-    a try that ran out of its own time (not retried)."""
-    clients = current_model_clients()  # None once the run closed them (an abandoned row)
+    """One try, under the run's limit for the endpoint and its budget
+    (:func:`~osmo_run.sdk.model_layer.model_call`: ``BudgetExceededError`` when spent):
+    its answer when it is not worth retrying, else the answer (if any), the error it stands
+    for and the wait the endpoint asked for. Raises ``ModelAPIError`` for a try that ran
+    out of its own time (not retried). ``first``: the call's first try."""
     try:
-        if clients is None:
-            answer = await post_in_own_thread(url, body, headers, timeout_sec)
-        else:
-            answer = await clients.post(url, body, headers, timeout_sec)
+        async with model_call(url, first) as slot:
+            clients = current_model_clients()  # None once the run closed them (abandoned row)
+            if clients is None:
+                answer = await post_in_own_thread(url, body, headers, timeout_sec)
+            else:
+                answer = await clients.post(url, body, headers, timeout_sec)
+            slot.done(answered(answer.status, answer.headers))
     except TransportError as exc:
         if not exc.retryable:
             raise ModelAPIError(str(exc)) from None
@@ -155,32 +161,33 @@ async def chat_completion(
         raise _status_error(url, answer)
     data = _completion(url, answer.body)
     data["_latency_sec"] = time.monotonic() - started
-    record_usage(data.get("usage"), data["_latency_sec"])
+    record_usage(data.get("usage"), data["_latency_sec"], llm.model)
     return data
 
 
-def record_usage(usage: object, seconds: float) -> None:
+def record_usage(usage: object, seconds: float, model: str | None = None) -> None:
     """Count one model call with an OpenAI-style ``usage`` (a dict, or an object with
     ``prompt_tokens``/``completion_tokens`` or ``input_tokens``/``output_tokens``) in the
-    running rollout; does nothing outside a rollout.
+    running rollout, and its tokens against the run's budget (priced as ``model``'s,
+    default the run's model); does nothing outside a rollout and a run.
 
     A count that is not a finite non-negative integer (``NaN``, ``-5``, ``2.5``, ``"12"``)
     is not counted, with a warning in the row: what an endpoint reports about its usage
     never fails the call it answered.
     """
     rollout = _current.get()
-    if rollout is None:
-        return
     counts = []
     for names in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
         count, unreadable = _tokens(usage, *names)
-        if unreadable is not None:
+        if unreadable is not None and rollout is not None:
             rollout.warn(
                 f"the model's usage.{unreadable[0]} {unreadable[1]} is not a token count; "
                 "not counted"
             )
         counts.append(count)
-    rollout.record_llm_call(counts[0], counts[1], seconds)
+    record_spent(counts[0], counts[1], model)
+    if rollout is not None:
+        rollout.record_llm_call(counts[0], counts[1], seconds)
 
 
 _MAX_TOKENS = 10**15

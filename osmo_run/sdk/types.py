@@ -62,6 +62,8 @@ class ErrorCategory(enum.StrEnum):
     """The run was interrupted before the rollout finished."""
     INTERNAL_ERROR = "internal_error"
     """A bug in osmo-run or a backend; please report it."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The run's budget was spent and the rollout needed another model call (never sent)."""
 
 
 class Phase(enum.StrEnum):
@@ -307,6 +309,7 @@ class Timings:
         )
 
 
+_BUDGET_NAMES = frozenset({"BudgetExceededError"})
 _RATE_LIMIT_NAMES = frozenset({"RateLimitError", "ModelThrottledException"})  # strands'
 _MODEL_API_NAMES = frozenset(
     {"ModelAPIError", "APIError", "APIStatusError", "APIConnectionError", "InternalServerError"}
@@ -320,7 +323,11 @@ def categorize_exception(exc: BaseException) -> ErrorCategory:
     RATE_LIMIT; model-client errors (``APIError``, ``APIConnectionError``, ...) →
     MODEL_API_ERROR; ``ValueError``/``TypeError``/``AssertionError`` → VALIDATION_ERROR;
     anything else → AGENT_ERROR. Names, not classes, so no client library is imported.
+    A ``BudgetExceededError``, or an error a model client raised because of one (openai
+    wraps what its transport raises in ``APIConnectionError``), → BUDGET_EXCEEDED.
     """
+    if _budget_spent_in(exc):
+        return ErrorCategory.BUDGET_EXCEEDED
     if isinstance(exc, TimeoutError):
         return ErrorCategory.TIMEOUT
     names = {cls.__name__ for cls in type(exc).__mro__}
@@ -331,6 +338,19 @@ def categorize_exception(exc: BaseException) -> ErrorCategory:
     if isinstance(exc, ValueError | TypeError | AssertionError):
         return ErrorCategory.VALIDATION_ERROR
     return ErrorCategory.AGENT_ERROR
+
+
+def _budget_spent_in(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, a ``BudgetExceededError`` (a short chain: a
+    client wraps an error once or twice)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if {cls.__name__ for cls in type(seen).__mro__} & _BUDGET_NAMES:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 _SDK_DIR = str(Path(__file__).parent) + os.sep

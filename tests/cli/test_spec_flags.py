@@ -18,7 +18,7 @@ from osmo_run.run.spec import RunSpec
 from tests.conftest import CLI, REPO
 
 ROW = re.compile(r"^\| `(?P<field>[\w.]+)` \| (?P<flags>.+?) \| (?P<commands>[\w, ]*?) ?\|$")
-NESTED = ("timeouts", "harbor", "dataset")
+NESTED = ("timeouts", "harbor", "dataset", "budget")
 """Sections whose fields have flags: the table lists their fields one by one."""
 
 # for each field the table gives a flag: the arguments that set it, and the value they set
@@ -40,6 +40,8 @@ GIVEN: dict[str, tuple[list[str], Any]] = {
     "dataset.format": (["--dataset-format", "csv"], "csv"),
     "isolation": (["--isolation", "process"], "process"),
     "breaker": (["--breaker", "3"], 3),
+    "budget.tokens": (["--budget-tokens", "900"], 900),
+    "budget.usd": (["--budget-usd", "2.5"], 2.5),
     "harbor.task_dir": (["--task-dir", "task"], Path("task")),
     "harbor.tasks_root": (["--tasks-root", "tasks"], Path("tasks")),
     "harbor.env": (["--env", "daytona"], "daytona"),

@@ -45,3 +45,19 @@ class EndpointWorkflow(AgentWorkflow):
         response = await chat_completion(ctx.prompt, endpoint=endpoint, max_tokens=8)
         reply = {"role": "assistant", "content": response["choices"][0]["message"]["content"]}
         return AgentWorkflowOutput(messages=[*ctx.prompt, reply])
+
+
+class TurnsWorkflow(AgentWorkflow):
+    """Asks the model ``metadata.turns`` times (default 3), one call after the other, each
+    turn's reply in the next turn's messages."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        messages = list(ctx.prompt)
+        for _ in range(int(ctx.metadata.get("turns", 3))):
+            response = await chat_completion(messages, max_tokens=8)
+            content = response["choices"][0]["message"]["content"]
+            messages += [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": "and?"},
+            ]
+        return AgentWorkflowOutput(messages=messages[:-1])

@@ -251,3 +251,29 @@ def test_a_dropped_connection_under_the_sdks_client_is_retried_by_the_run() -> N
     assert result.status is RolloutStatus.SUCCESS, result.error_message
     assert len(drops) == 1 and model.call_count == 2
     assert result.usage is not None and result.usage.retried_calls == 1
+
+
+def test_a_spent_budget_stops_the_agents_next_call_as_budget_exceeded(
+    stub_model: StubModel,
+) -> None:
+    """The integration's transport asks the run's budget before each call: the agent's
+    first call (27 tokens) spends a budget of 20, its second is never sent, and the row
+    ends as ``budget_exceeded`` although openai wraps the refusal in its own error."""
+    from osmo_run.sdk.model_budget import RunBudget
+    from osmo_run.sdk.model_layer import ModelLayer, reset_model_layer, use_model_layer
+    from osmo_run.sdk.model_limits import ModelLimits
+
+    layer = ModelLayer(ModelLimits(4), RunBudget(tokens=20))
+    token = use_model_layer(layer)
+    try:
+        result = _run(stub_model.endpoint)
+    finally:
+        reset_model_layer(token)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.error_category is not None
+    assert result.error_category.value == "budget_exceeded", result.error_message
+    assert len(stub_model.requests) == 1, "the second call was not sent"
+    assert layer.budget is not None and layer.budget.spent_tokens == 27
+    assert layer.budget.refused_calls == 1
+    (limit,) = layer.limits.all()
+    assert (limit.calls, limit.throttled, limit.in_flight) == (1, 0, 0), "one call was sent"

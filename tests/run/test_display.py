@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import pytest
 from rich.console import Console
 
 from osmo_run import ErrorCategory, ExecutionResult, Phase, RolloutSample, RolloutStatus
+from osmo_run.backends.base import ProgressPhase
 from osmo_run.run.display import (
     LiveDisplay,
     NullDisplay,
@@ -16,6 +18,9 @@ from osmo_run.run.display import (
     render_summary,
 )
 from osmo_run.run.summary import RunSummary
+from osmo_run.sdk.context import RolloutContext, _current
+from osmo_run.sdk.model_layer import ModelLayer, model_call, use_model_layer
+from osmo_run.sdk.model_limits import ModelLimits
 
 
 def _ok(row_id: str = "ok-1") -> ExecutionResult:
@@ -189,3 +194,44 @@ def test_live_table_shows_ids_as_they_are_with_control_characters_visible() -> N
     assert "gsm8k/train/17" in shown
     assert "esc\\x1b[2Jnul\\x00" in shown
     assert "\x1b" not in shown and "\x00" not in shown
+
+
+def test_live_display_shows_rows_waiting_for_a_model_slot_and_the_endpoints_limit() -> None:
+    """Through the real model layer: a row whose call waits under its endpoint's limit says
+    so in its phase, and the counters line shows the limit, the waiting and the 429s."""
+    display = LiveDisplay(Console(file=io.StringIO()))
+    limits = ModelLimits(8)
+    limits.fix("http://127.0.0.1:9/v1", 1)
+    layer = ModelLayer(limits)
+    display.model_status = layer.status
+    layer.on_wait = display.row_waiting_for_model
+    shown: list[str] = []
+
+    async def row(row_id: str, hold: asyncio.Event, entered: asyncio.Event) -> None:
+        _current.set(RolloutContext(rollout_id=row_id))
+        display.row_started(row_id)
+        display.row_phase(row_id, ProgressPhase.WORKFLOW)
+        async with model_call("http://127.0.0.1:9/v1/chat/completions"):
+            entered.set()
+            await hold.wait()
+
+    async def main() -> None:
+        use_model_layer(layer)
+        release, first_in, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        first = asyncio.ensure_future(row("row-a", release, first_in))
+        await first_in.wait()
+        second = asyncio.ensure_future(row("row-b", release, second_in))
+        await asyncio.sleep(0.01)
+        shown.append(_render(display))
+        release.set()
+        await asyncio.gather(first, second)
+        shown.append(_render(display))
+
+    asyncio.run(main())
+    waiting, after = shown
+    assert "model slots 1/1 fixed · 1 waiting · 429s 0" in waiting
+    (line,) = [line for line in waiting.splitlines() if "row-b" in line]
+    assert "workflow, waiting for a model slot" in line
+    (line,) = [line for line in waiting.splitlines() if "row-a" in line]
+    assert "waiting" not in line
+    assert "waiting for a model slot" not in after and "model slots 1/1 fixed · 429s 0" in after

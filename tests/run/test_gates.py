@@ -16,6 +16,7 @@ from osmo_run.run.breaker import BreakerTrip
 from osmo_run.run.finish import exit_code_for
 from osmo_run.run.gates import ErrorBudget, GateFailure, Gates, evaluate, parse_budget
 from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.sdk.model_budget import BudgetSpent
 
 
 def run_summary(
@@ -335,6 +336,15 @@ def test_a_run_the_breaker_stopped_exits_5_whatever_the_gates_say_but_ctrl_c_win
     assert exit_code_for(stopped, []) is ExitCode.INTERRUPTED
 
 
+def test_a_run_its_model_budget_stopped_exits_6_whatever_the_gates_say() -> None:
+    stopped = run_summary([1.0], {"budget_exceeded": 1})
+    stopped.budget = BudgetSpent("tokens 1,010 of 1,000", 1010, 0.0, 67, 3)
+    assert exit_code_for(stopped, []) is ExitCode.BUDGET_SPENT
+    assert exit_code_for(stopped, [BUDGET]) is ExitCode.BUDGET_SPENT
+    stopped.interrupted = True
+    assert exit_code_for(stopped, []) is ExitCode.INTERRUPTED
+
+
 def test_exit_codes_are_the_documented_numbers() -> None:
     assert {code.name: int(code) for code in ExitCode} == {
         "OK": 0,
@@ -343,6 +353,7 @@ def test_exit_codes_are_the_documented_numbers() -> None:
         "INTERNAL_ERROR": 3,
         "ERROR_BUDGET_EXCEEDED": 4,
         "SYSTEMIC_FAILURE": 5,
+        "BUDGET_SPENT": 6,
         "INTERRUPTED": 130,
     }
 

@@ -1,0 +1,123 @@
+"""The run's model layer: per-endpoint limits and the budget every model call goes through.
+
+A run (``osmo-run local``) makes one :class:`ModelLayer` current around its rows
+(:func:`use_model_layer`); each try of a model call, from ``chat_completion``, the
+agent-framework integrations' transport or the judge, runs inside :func:`model_call`: it
+waits for a slot under its endpoint's limit (:mod:`osmo_run.sdk.model_limits`), is admitted
+by the budget (:mod:`osmo_run.sdk.model_budget`; refused calls raise
+:class:`~osmo_run.errors.BudgetExceededError` and are never sent), and tells the limit how it
+ended. :func:`record_spent` counts an answered call's tokens against the budget. Where no
+layer is current (a sandbox, no run) calls go as they did. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from osmo_run.errors import BudgetExceededError
+from osmo_run.sdk.context import _current
+from osmo_run.sdk.model_budget import RunBudget
+from osmo_run.sdk.model_limits import ModelLimits, Outcome, Slot, outcome_of
+
+
+class ModelLayer:
+    """The limits and budget of one run's model calls (see the module docstring)."""
+
+    def __init__(self, limits: ModelLimits, budget: RunBudget | None = None) -> None:
+        self.limits = limits
+        self.budget = budget if budget is not None and budget.limited else None
+        self.on_wait: Callable[[str, bool], None] | None = None
+        """Told ``(rollout_id, True)`` when a rollout's call starts waiting for a slot and
+        ``(rollout_id, False)`` when it stops (the live table shows it)."""
+
+    def status(self) -> str | None:
+        """The live display's words for the model layer (``None`` before any call)."""
+        return self.limits.status()
+
+    def summary(self) -> dict[str, Any]:
+        """What the run's summary records: each endpoint's limit and the budget."""
+        limits = [limit.stats().to_dict() for limit in self.limits.all()]
+        out: dict[str, Any] = {"model_limits": limits}
+        if self.budget is not None:
+            out["budget"] = self.budget.to_dict()
+        return out
+
+
+_current_layer: contextvars.ContextVar[ModelLayer | None] = contextvars.ContextVar(
+    "osmo_run_model_layer", default=None
+)
+
+
+def current_model_layer() -> ModelLayer | None:
+    """The model layer of the run this code runs in, or ``None``."""
+    return _current_layer.get()
+
+
+def use_model_layer(layer: ModelLayer | None) -> contextvars.Token[ModelLayer | None]:
+    """Make ``layer`` current in this context (tasks created from it inherit it); undo
+    with :func:`reset_model_layer`."""
+    return _current_layer.set(layer)
+
+
+def reset_model_layer(token: contextvars.Token[ModelLayer | None]) -> None:
+    _current_layer.reset(token)
+
+
+class _NoSlot:
+    """What :func:`model_call` yields where no layer is current: outcomes go nowhere."""
+
+    def done(self, outcome: Outcome) -> None:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def model_call(url: str, first_try: bool = True) -> AsyncIterator[Slot | _NoSlot]:
+    """One try of a model call to ``url``: wait for a slot under the endpoint's limit, then
+    be admitted by the budget (``BudgetExceededError`` when spent: nothing is sent). Tell
+    the yielded slot how the try ended: ``slot.done(answered(status, headers))``.
+    ``first_try`` is false for a retry (it does not count as another call in
+    ``model_calls``)."""
+    layer = current_model_layer()
+    if layer is None:
+        yield _NoSlot()
+        return
+    limit = layer.limits.for_url(url)
+    rollout = _current.get()
+    shown = None if layer.on_wait is None or rollout is None or not limit.full else rollout
+    if shown is not None and layer.on_wait is not None:
+        layer.on_wait(shown.rollout_id, True)
+    slot = limit.slot()
+    try:
+        await slot.__aenter__()
+    finally:
+        if shown is not None and layer.on_wait is not None:
+            layer.on_wait(shown.rollout_id, False)
+    try:
+        if layer.budget is not None:
+            try:
+                layer.budget.admit(first_try)
+            except BudgetExceededError:
+                slot.done(Outcome.NOT_SENT)
+                raise
+        yield slot
+    finally:
+        await slot.__aexit__(None, None, None)
+
+
+def answered(status: int | None, headers: Any = None) -> Outcome:
+    """The limit's outcome of an answer with HTTP ``status`` and ``headers`` (any
+    case-insensitive mapping; ``None``: no answer came)."""
+    has_retry_after = headers is not None and bool(
+        headers.get("retry-after") or headers.get("retry-after-ms")
+    )
+    return outcome_of(status, has_retry_after)
+
+
+def record_spent(prompt_tokens: int, completion_tokens: int, model: str | None) -> None:
+    """Count an answered call's tokens against the current run's budget (if any)."""
+    layer = current_model_layer()
+    if layer is not None and layer.budget is not None:
+        layer.budget.record(prompt_tokens, completion_tokens, model)

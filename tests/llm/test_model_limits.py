@@ -1,0 +1,226 @@
+"""Adaptive concurrency per model endpoint, through the real ``osmo-run local``.
+
+The endpoint is :mod:`tests.llm.slot_stub`: it answers at most 40 calls at once and HTTP 429
+above that, as a provider's concurrency limit does (a paid model API cannot be reached
+here). At concurrency 200, the adaptive limit (the default) finds the 40 and keeps its 429s
+bounded; ``llm.max_concurrency: 200`` fixed shows the storm it prevents. The limiter itself
+is also driven against a simulated endpoint, where its bound is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from osmo_run.errors import ExitCode
+from osmo_run.sdk.model_layer import answered
+from osmo_run.sdk.model_limits import INITIAL_LIMIT, EndpointLimit, Outcome
+from tests.conftest import CLI, REPO, cli_env, read_jsonl
+from tests.llm.slot_stub import SlotStub, serve_slots
+
+ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
+CHAT = "tests.llm.llm_workflows:EndpointWorkflow"
+SLOTS = 40
+ROWS = 600
+
+
+def _spec(tmp_path: Path, **fields: Any) -> Path:
+    values: dict[str, Any] = {
+        "workflow": CHAT,
+        "code_dir": str(REPO),
+        "concurrency": 200,
+        "timeouts": {"agent_sec": 120, "grader_sec": 120},
+        **fields,
+    }
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in values.items()))
+    return spec
+
+
+def _data(tmp_path: Path, rows: int) -> Path:
+    data = tmp_path / "data.jsonl"
+    lines = (
+        json.dumps({"id": f"r{i:04d}", "prompt": "hello", "label": "Hi."}) for i in range(rows)
+    )
+    data.write_text("\n".join(lines) + "\n")
+    return data
+
+
+def _run(cli: CLI, tmp_path: Path, spec: Path, rows: int = ROWS) -> tuple[int, str, Path]:
+    """The real console script in a process of its own: the stub's thread and the run
+    then do not take turns on one interpreter lock, which would bunch answers together."""
+    output = tmp_path / "out" / "results.jsonl"
+    proc = cli.subprocess(
+        "local",
+        _data(tmp_path, rows),
+        "--spec",
+        spec,
+        "-o",
+        output,
+        "--display",
+        "plain",
+        timeout=300,
+        env=cli_env(**ENV),
+    )
+    text = proc.stdout + proc.stderr
+    assert "Traceback" not in text, text
+    return proc.returncode, text, output
+
+
+def _summary(output: Path) -> dict[str, Any]:
+    return dict(json.loads(output.with_name("results.summary.json").read_text()))
+
+
+def test_adaptive_limit_finds_the_endpoints_40_slots_with_bounded_429s(
+    cli: CLI, tmp_path: Path
+) -> None:
+    with serve_slots(SlotStub(slots=SLOTS, delay_sec=0.05)) as stub:
+        spec = _spec(tmp_path, llm={"base_url": stub.base_url, "model": "stub-model"})
+        code, text, output = _run(cli, tmp_path, spec)
+
+    assert code == ExitCode.OK, text
+    records = read_jsonl(output)
+    assert len(records) == ROWS and {r["status"] for r in records} == {"success"}
+    assert stub.answered == ROWS and stub.peak <= SLOTS
+    # The bound: while the limit is found, at most twice the endpoint's own limit (slow
+    # start doubles the limit per round: it passes 40 by at most 40 more, then halving
+    # it may leave it a few over), then a 429 now and then as it probes past 40 again:
+    # at most 2 x 40 + 5 % of the calls.
+    assert stub.throttled <= 2 * SLOTS + ROWS // 20, stub.throttled
+    (limit,) = _summary(output)["model_limits"]
+    assert limit["endpoint"] == stub.base_url.removesuffix("/v1")
+    assert limit["mode"] == "adaptive" and limit["ceiling"] == 200
+    assert limit["throttled"] == stub.throttled
+    assert limit["calls"] == stub.calls
+    # it backed off below the endpoint's 40 (the first 429 halves it) and came back near it
+    # (on a loaded machine answers come in bunches, so how far below 40 varies)
+    assert limit["min"] < SLOTS, limit
+    assert SLOTS // 4 <= limit["final"] <= SLOTS + 10, limit
+    # what the person watching sees: the limit, out of the run's concurrency, and the 429s
+    finished = next(line for line in text.splitlines() if line.startswith("finished: "))
+    assert f"· model slots {limit['final']}/200 · 429s {stub.throttled}" in finished
+    assert f"adaptive: min {limit['min']} · final {limit['final']} of 200" in text
+
+
+def test_a_fixed_limit_of_200_shows_the_storm_adaptive_prevents(cli: CLI, tmp_path: Path) -> None:
+    with serve_slots(SlotStub(slots=SLOTS, delay_sec=0.05)) as stub:
+        llm = {"base_url": stub.base_url, "model": "stub-model", "max_concurrency": 200}
+        code, text, output = _run(cli, tmp_path, _spec(tmp_path, llm=llm))
+
+    (limit,) = _summary(output)["model_limits"]
+    assert limit["mode"] == "fixed" and limit["min"] == limit["final"] == 200
+    # 200 calls at once against 40 slots: 160 answered 429 at the start alone, and every
+    # wave of retries again
+    assert stub.throttled >= 160 and limit["throttled"] == stub.throttled, stub.throttled
+    assert stub.throttled > 2 * SLOTS + ROWS // 20, "more than adaptive's bound"
+    assert "model slots 200/200 fixed" in text
+    assert code in (ExitCode.OK, ExitCode.ROLLOUTS_FAILED), text
+
+
+def test_the_judges_endpoint_has_a_limit_of_its_own(cli: CLI, tmp_path: Path) -> None:
+    model = SlotStub(slots=SLOTS, delay_sec=0.02)
+    judge = SlotStub(slots=4, delay_sec=0.05, reply="GRADE: C")
+    with serve_slots(model), serve_slots(judge):
+        spec = _spec(
+            tmp_path,
+            llm={"base_url": model.base_url, "model": "stub-model"},
+            judge={"base_url": judge.base_url, "model": "stub-judge"},
+            grader="osmo_run.graders:ModelJudge",
+            grader_config={"settings": {"rubric": "any greeting"}},
+        )
+        code, text, output = _run(cli, tmp_path, spec, rows=200)
+
+    assert code == ExitCode.OK, text
+    assert {r["reward"] for r in read_jsonl(output)} == {1.0}
+    assert judge.answered == 200 and judge.peak <= 4
+    limits = {limit["endpoint"]: limit for limit in _summary(output)["model_limits"]}
+    judge_limit = limits[judge.base_url.removesuffix("/v1")]
+    # the same bound: at most twice the judge's 4 while it is found, then a few
+    assert 0 < judge_limit["throttled"] == judge.throttled <= 2 * 4 + 200 // 20
+    assert judge_limit["min"] < 4
+    assert limits[model.base_url.removesuffix("/v1")]["throttled"] == model.throttled
+
+
+async def _simulate(limit: EndpointLimit, capacity: int, calls: int) -> list[int]:
+    """``calls`` calls (each retried after a 429) against an endpoint admitting
+    ``capacity`` at once; the limits seen when a call was answered."""
+    busy = 0
+    seen: list[int] = []
+
+    async def call() -> None:
+        nonlocal busy
+        while True:
+            async with limit.slot() as slot:
+                if busy >= capacity:
+                    slot.done(Outcome.THROTTLED)
+                    throttled = True
+                else:
+                    busy += 1
+                    await asyncio.sleep(0.002)
+                    busy -= 1
+                    slot.done(Outcome.ANSWERED)
+                    throttled = False
+            if not throttled:
+                seen.append(limit.limit)
+                return
+            await asyncio.sleep(0.005)
+
+    await asyncio.gather(*(call() for _ in range(calls)))
+    return seen
+
+
+def test_the_limit_backs_off_on_429_and_never_passes_the_runs_concurrency() -> None:
+    limit = EndpointLimit("http://x", ceiling=200)
+    assert limit.limit == INITIAL_LIMIT
+    seen = asyncio.run(_simulate(limit, capacity=40, calls=3000))
+    assert max(seen) <= 2 * 40 and limit.max <= 200
+    assert limit.throttled <= 40 + 3000 // 20
+    # after the first back-off it swings between 75 % and a little over 100 % of 40
+    assert limit.min >= 40 * 0.5 * 0.75 and limit.limit <= 42
+
+
+def test_without_429s_the_limit_grows_to_the_runs_concurrency_and_no_further() -> None:
+    limit = EndpointLimit("http://x", ceiling=50)
+    asyncio.run(_simulate(limit, capacity=1000, calls=500))
+    assert limit.limit == limit.max == 50 and limit.throttled == 0
+
+
+def test_a_fixed_limit_never_moves() -> None:
+    limit = EndpointLimit("http://x", ceiling=200, fixed=200)
+    asyncio.run(_simulate(limit, capacity=40, calls=400))
+    assert limit.limit == limit.min == limit.max == 200 and limit.throttled >= 160
+
+
+def test_a_call_cancelled_while_it_waits_takes_no_slot() -> None:
+    async def main() -> None:
+        limit = EndpointLimit("http://x", ceiling=1, fixed=1)
+        first = limit.slot()
+        await first.__aenter__()
+        waiting = asyncio.ensure_future(limit.acquire())
+        await asyncio.sleep(0)
+        assert limit.waiting == 1 and limit.in_flight == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert limit.waiting == 0
+        await first.__aexit__(None, None, None)
+        assert limit.in_flight == 0
+        async with limit.slot():  # the slot is free again
+            assert limit.in_flight == 1
+
+    asyncio.run(main())
+
+
+def test_what_counts_as_the_endpoint_saying_it_is_full() -> None:
+    assert answered(429, {}) is Outcome.THROTTLED
+    assert answered(503, {"retry-after": "2"}) is Outcome.THROTTLED
+    assert answered(503, {"retry-after-ms": "200"}) is Outcome.THROTTLED
+    assert answered(503, {}) is Outcome.NEUTRAL, "a 503 alone may be an outage, not a limit"
+    assert answered(500, {"retry-after": "2"}) is Outcome.NEUTRAL
+    assert answered(None) is Outcome.NEUTRAL, "no answer says nothing about the limit"
+    assert answered(200, {}) is Outcome.ANSWERED
+    assert answered(400, {}) is Outcome.ANSWERED, "the endpoint had room to refuse it"
