@@ -307,13 +307,22 @@ class _Handlers:
         return _state_response(self._runs_state())
 
     def _runs_state(self) -> str:
-        """What the runs list shows that changes as runs are written (see :func:`_state_text`)."""
-        return _state_text(
-            {
-                key: {"count": view.index.count, "state": view.entry.state()}
-                for key, view in list(self.viewer.views.items())
-            }
-        )
+        """What the runs list shows that changes as runs are written (see :func:`_state_text`):
+        each indexed run's index is brought up to date first (a poll that read the index as
+        the list left it saw no change while a run wrote, so the list froze until it
+        finished). A run not indexed yet is not indexed here: the list shows its saved
+        summary, and indexing a large finished run on every poll would stall the list."""
+        state: dict[str, Any] = {}
+        for key, view in list(self.viewer.views.items()):
+            if view.ready.is_set():
+                with view.lock:
+                    view.refresh()
+                    count = view.index.count
+            else:
+                count = view.index.count
+            entry = view.entry
+            state[key] = {"count": count, "state": entry.state(), "started": _when(entry.started)}
+        return _state_text(state)
 
     def get_view(self, request: Request) -> RunView | None:
         return self.viewer.views.get(request.path_params["key"])

@@ -188,6 +188,51 @@ def test_a_run_being_written_updates_without_reloading(
         server.stop()
 
 
+def test_the_runs_list_and_run_page_follow_a_live_run_until_it_finishes(
+    runs: Runs, tmp_path: Path, page: Any
+) -> None:
+    """The runs list's counts grow while a run writes (its poll used to read an index it
+    never refreshed, so the list stayed at the first count until the run finished), and a
+    run page's title badge turns from "live" to "finished" without a reload."""
+    source = runs.a / "results.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copyfile(runs.a / "results.manifest.json", live / "results.manifest.json")
+    results = live / "results.jsonl"
+    results.write_text("".join(lines[:5]), encoding="utf-8")
+    server = start_viewer(live, cwd=tmp_path)
+
+    def rollouts_in_list() -> str:
+        return str(page.inner_text("#runs-table tbody tr td:nth-child(6)")).split("/")[0].strip()
+
+    try:
+        page.goto(server.url + "/")
+        wait_until(lambda: rollouts_in_list() == "5", LIVE_SEC, "5 rollouts in the list")
+        page.evaluate("window.__same_page = true")
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[5:9]))
+        wait_until(lambda: rollouts_in_list() == "9", LIVE_SEC, "9 rollouts in the list")
+        assert "live" in page.inner_text("#runs-table")
+        assert page.evaluate("window.__same_page") is True
+
+        page.click("a.run-link")
+        page.wait_for_selector("#rows-table")
+        assert page.inner_text("h1 .badge") == "live"
+        page.evaluate("window.__same_page = true")
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[9:]))
+        shutil.copyfile(runs.a / "results.summary.json", live / "results.summary.json")
+        wait_until(lambda: page.inner_text("h1 .badge") == "finished", LIVE_SEC, "finished")
+        assert page.inner_text("#match-count").startswith("16 of 16")
+        assert page.evaluate("window.__same_page") is True
+        page.go_back()
+        wait_until(lambda: "finished" in page.inner_text("#runs-table"), LIVE_SEC, "finished")
+        assert rollouts_in_list() == "16"
+    finally:
+        server.stop()
+
+
 def test_a_live_page_catches_up_when_its_first_poll_answers_after_a_change(
     runs: Runs, tmp_path: Path, page: Any
 ) -> None:

@@ -239,3 +239,52 @@ def test_compare_links_a_row_whose_id_ends_in_a_tilde_number_to_that_row(
         assert found.status_code in (302, 303, 307), found.text
         row = client.get(found.headers["location"]).text
         assert "q~3" in row
+
+
+def _live_copy(runs: Runs, folder: Path, rows: int, results_name: str = "results.jsonl") -> Path:
+    """A run being written under ``folder``: run a's manifest and its first ``rows`` lines."""
+    folder.mkdir(parents=True)
+    stem = results_name.removesuffix(".jsonl")
+    shutil.copyfile(runs.a / "results.manifest.json", folder / f"{stem}.manifest.json")
+    lines = (runs.a / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    results = folder / results_name
+    results.write_text("".join(lines[:rows]), encoding="utf-8")
+    return results
+
+
+def test_the_runs_list_state_follows_rows_appended_to_a_live_run(
+    runs: Runs, tmp_path: Path
+) -> None:
+    """The runs list polls /state and refreshes while it differs from what it shows: /state
+    must see rows appended since (it read an index nothing refreshed, so the list froze)."""
+    results = _live_copy(runs, tmp_path / "live", 5)
+    viewer = Viewer(Catalog.open([tmp_path / "live"]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        page = client.get("/").text
+        shown = page.split('data-shown-state="')[1].split('"')[0].replace("&#34;", '"')
+        assert client.get("/state").text == shown  # nothing changed: no refresh
+        lines = (runs.a / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[5:9]))
+        state = json.loads(client.get("/state").text)
+        assert [v["count"] for v in state.values()] == [9]
+        assert client.get("/state").text != shown
+        assert '<td class="num">9<span class="muted"> / 16' in client.get("/").text
+
+
+def test_a_run_started_again_with_overwrite_shows_its_new_start(runs: Runs, tmp_path: Path) -> None:
+    _live_copy(runs, tmp_path / "run", 16)
+    viewer = Viewer(Catalog.open([tmp_path / "run"]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        manifest_path = tmp_path / "run" / "results.manifest.json"
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest["info"]["written_at"] = "2031-02-03T04:05:06+00:00"
+        manifest_path.write_text(json.dumps(manifest), encoding="utf-8")  # --overwrite's
+        assert "2031-02-03 04:05" in client.get("/").text
+
+
+def test_a_run_written_to_an_output_without_extension_is_found(runs: Runs, tmp_path: Path) -> None:
+    """``--output DIR/example`` writes ``example`` and ``example.manifest.json``."""
+    _live_copy(runs, tmp_path / "runs" / "x", 16, results_name="example")
+    catalog = Catalog.open([tmp_path / "runs"])
+    assert [e.paths.results.name for e in catalog.runs.values()] == ["example"]

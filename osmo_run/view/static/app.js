@@ -35,7 +35,7 @@
     const response = await fetch(url, { cache: "no-store" });
     if (!response.ok) return;
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
-    for (const id of ["overview", "live-region"]) {
+    for (const id of ["run-title", "overview", "live-region"]) {
       const fresh = doc.getElementById(id);
       const current = document.getElementById(id);
       if (fresh && current) current.replaceWith(document.adoptNode(fresh));
