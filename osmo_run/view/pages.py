@@ -31,6 +31,7 @@ from osmo_run.view.labels import DatasetLines, DatasetRowView
 from osmo_run.view.query import QueryCache, RowPage, RowQuery, run_query
 from osmo_run.view.served import ServedFiles
 from osmo_run.view.transcript import Turn, pretty_json, preview, transcript
+from osmo_run.view.why import passing, why_text
 
 VERDICTS = {
     0: "passed: every rollout succeeded",
@@ -85,6 +86,10 @@ class RowLine:
     tokens: float | None
     attempt: int
     preview: str
+    why: str = ""
+    """Why it has its result, in one line (see :mod:`osmo_run.view.why`)."""
+    passing: bool | None = None
+    """Whether it passed (``None``: a success without a reward)."""
     search_text: str = ""
     """Lower-cased ids and message text (the export filters on it in the browser)."""
 
@@ -111,6 +116,11 @@ class RowDetail:
     """Text files' first bytes, by relative path (artifacts and trial logs)."""
     dataset_row: DatasetRowView | None
     dataset_note: str | None
+    why: str = ""
+    """Why it has its result, in full (the error, the grader's explanation)."""
+    not_passing: bool = False
+    """A success rewarded below the pass threshold."""
+    threshold: float = 1.0
 
 
 def _optional(value: float) -> float | None:
@@ -174,7 +184,12 @@ class RunView:
             expected=self.entry.expected,
             state=self.entry.state(),
             verdict=VERDICTS.get(code, f"exit code {code}"),
-            status=charts.status_chart(summary, lambda s: links.run(key, status=s)),
+            status=charts.status_chart(
+                summary,
+                lambda s: links.run(key, status=s),
+                not_passing=self.not_passing_count(),
+                not_passing_href=links.run(key, passing="no"),
+            ),
             categories=charts.category_chart(summary, lambda c: links.run(key, category=c)),
             rewards=charts.reward_chart(
                 derived.reward_bins,
@@ -189,8 +204,15 @@ class RunView:
             gates=_recorded_gates(self.entry),
         )
 
+    def not_passing_count(self) -> int:
+        """Successes rewarded below the pass threshold (wrong answers)."""
+        cols, threshold = self.index.cols, self.entry.pass_threshold
+        return sum(
+            1 for s, r in zip(cols.status, cols.reward, strict=True) if s == 0 and r < threshold
+        )
+
     def page(self, query: RowQuery) -> tuple[RowPage, list[RowLine]]:
-        page = run_query(self.index, query, self.queries)
+        page = run_query(self.index, query, self.queries, self.entry.pass_threshold)
         return page, self.lines(page.positions)
 
     def lines(self, positions: list[int], with_search_text: bool = False) -> list[RowLine]:
@@ -216,6 +238,8 @@ class RunView:
                     tokens=_optional(tokens),
                     attempt=cols.attempt[position],
                     preview=preview(record),
+                    why=why_text(record),
+                    passing=passing(record, self.entry.pass_threshold),
                     search_text=_search_text(record) if with_search_text else "",
                 )
             )
@@ -293,6 +317,10 @@ class RunView:
             previews=previews,
             dataset_row=dataset_row,
             dataset_note=dataset_note,
+            why=why_text(record, full=True),
+            not_passing=record.get("status") == "success"
+            and passing(record, self.entry.pass_threshold) is False,
+            threshold=self.entry.pass_threshold,
         )
 
     def _dataset_row(self, record: dict[str, Any]) -> tuple[DatasetRowView | None, str | None]:

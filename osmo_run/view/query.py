@@ -27,6 +27,9 @@ SORTS = {
     "category": "error category",
 }
 PER_PAGE = (25, 50, 100, 200)
+PASSING = ("no", "yes")
+"""The ``passing`` filter: ``no`` is a success rewarded below the run's pass threshold (a
+wrong answer: green in the status column, but not passing); ``yes`` is a pass."""
 NO_CATEGORY = "none"
 """The category filter's value for rows without an error category."""
 
@@ -67,6 +70,7 @@ class RowQuery:
     reward_min: float | None = None
     reward_max: float | None = None
     text: str = ""
+    passing: str | None = None
     sort: str = "line"
     descending: bool = False
     page: int = 1
@@ -89,6 +93,7 @@ class RowQuery:
             reward_min=_float(params, "reward_min"),
             reward_max=_float(params, "reward_max"),
             text=params.get("q", "").strip()[:200],
+            passing=_choice(params, "passing", PASSING),
             sort=_choice(params, "sort", tuple(SORTS)) or "line",
             descending=params.get("order", "") == "desc",
             page=int(page_text),
@@ -99,7 +104,14 @@ class RowQuery:
     def filtered(self) -> bool:
         return any(
             v is not None
-            for v in (self.status, self.category, self.phase, self.reward_min, self.reward_max)
+            for v in (
+                self.status,
+                self.category,
+                self.phase,
+                self.reward_min,
+                self.reward_max,
+                self.passing,
+            )
         ) or bool(self.text)
 
     def params(self, **changes: object) -> dict[str, str]:
@@ -112,6 +124,7 @@ class RowQuery:
             "reward_min": "" if query.reward_min is None else f"{query.reward_min:g}",
             "reward_max": "" if query.reward_max is None else f"{query.reward_max:g}",
             "q": query.text,
+            "passing": query.passing or "",
             "sort": "" if query.sort == "line" else query.sort,
             "order": "desc" if query.descending else "",
             "page": "" if query.page == 1 else str(query.page),
@@ -182,8 +195,11 @@ class QueryCache:
         return value
 
 
-def run_query(index: RowIndex, query: RowQuery, cache: QueryCache | None = None) -> RowPage:
-    """The page of ``query`` over ``index`` (which the caller has refreshed)."""
+def run_query(
+    index: RowIndex, query: RowQuery, cache: QueryCache | None = None, threshold: float = 1.0
+) -> RowPage:
+    """The page of ``query`` over ``index`` (which the caller has refreshed); ``threshold``
+    is the run's pass threshold (the ``passing`` filter)."""
     count = index.count
     start = (query.page - 1) * query.per_page
     if not query.filtered and query.sort == "line":
@@ -198,7 +214,8 @@ def run_query(index: RowIndex, query: RowQuery, cache: QueryCache | None = None)
     # the page and its size do not change which rows match: paging reuses the matches
     filters = {k: v for k, v in vars(query).items() if k not in {"page", "per_page"}}
     key = (index.generation, count, *filters.values())
-    matches = (cache or QueryCache(0)).get(key, lambda: _matching(index, query))
+    key = (*key, threshold)
+    matches = (cache or QueryCache(0)).get(key, lambda: _matching(index, query, threshold))
     total = len(matches)
     return RowPage(
         matches[start : start + query.per_page],
@@ -208,7 +225,7 @@ def run_query(index: RowIndex, query: RowQuery, cache: QueryCache | None = None)
     )
 
 
-def _matching(index: RowIndex, query: RowQuery) -> list[int]:
+def _matching(index: RowIndex, query: RowQuery, threshold: float = 1.0) -> list[int]:
     cols = index.cols
     candidates: Sequence[int] = range(index.count)
     if query.text:
@@ -233,6 +250,17 @@ def _matching(index: RowIndex, query: RowQuery) -> list[int]:
     if query.reward_max is not None:
         high = query.reward_max
         candidates = [i for i in candidates if cols.reward[i] <= high]
+    if query.passing is not None:
+        success = STATUSES.index("success")
+        passed = [cols.status[i] == success and cols.reward[i] >= threshold for i in candidates]
+        if query.passing == "yes":
+            candidates = [i for i, ok in zip(candidates, passed, strict=True) if ok]
+        else:  # a wrong answer: succeeded, rewarded, below the threshold (NaN: not graded)
+            candidates = [
+                i
+                for i, ok in zip(candidates, passed, strict=True)
+                if not ok and cols.status[i] == success and cols.reward[i] == cols.reward[i]
+            ]
     if query.sort == "line":
         ordered = list(candidates)
         if query.descending:

@@ -112,6 +112,7 @@ class _SavedSummary:
         self.by_status = dict(data.get("by_status") or {})
         self.mean_reward_all = (data.get("reward") or {}).get("mean_all")
         self.pass_rate = (data.get("pass") or {}).get("rate")
+        self.graded = int(data.get("graded") or 0)
 
 
 class Viewer:

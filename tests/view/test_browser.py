@@ -98,6 +98,34 @@ def test_row_page_shows_the_transcript_as_a_conversation(viewer: Viewer, page: A
     assert page.locator("#attempts tbody tr").count() == 2  # two earlier tries, then this one
 
 
+def test_the_why_column_finds_a_wrong_answer_in_one_click(viewer: Viewer, page: Any) -> None:
+    """A wrong answer is a green ``success`` row with reward below the pass threshold: it is
+    marked "not passing", one click on the status chart lists such rows, and the grader's
+    reason stands beside the result in the table and at the top of the row page."""
+    open_run(page, viewer, "a")
+    page.click("#chart-status .bar-row[data-label='not passing']")
+    page.wait_for_load_state("load")
+    shown = rows_shown(page)
+    assert shown and all(r["status"] == "success" for r in shown)
+    assert [r["id"] for r in shown][:2] == ["ok-01", "ok-02"]  # rewards 0.5 and 0
+    assert "not passing" in page.inner_text("#rows-table tbody tr:first-child")
+    why = page.inner_text("#rows-table tbody tr:first-child td.why")
+    assert why == "the answer is not the label: reward 0.5 · label: 3"
+    assert page.locator("select[name=passing]").input_value() == "no"
+    screenshot(page, "why")
+
+    page.click("a.row-link:text-is('ok-02')")
+    page.wait_for_selector("#row-why")
+    top = page.inner_text("#row-why")
+    assert "not passing" in top and "the answer is not the label: reward 0 · label: 4" in top
+    box = page.locator("#row-why").bounding_box()
+    assert box is not None and box["y"] < 400  # beside the result, not under the transcript
+
+    open_run(page, viewer, "a")
+    failed = page.inner_text("#rows-table tr:has(a.row-link:text-is('boom')) td.why")
+    assert failed.startswith("agent_error: ")
+
+
 def test_a_markup_payload_renders_as_text(viewer: Viewer, page: Any) -> None:
     open_run(page, viewer, "a")
     previews = page.eval_on_selector_all("td.preview", "cells => cells.map(c => c.textContent)")

@@ -95,3 +95,24 @@ def test_links_keep_the_query_and_flip_the_sort() -> None:
     )
     assert query.sort_url("/runs/k", "reward") == "/runs/k?category=timeout&sort=reward"
     assert math.isclose(RowQuery.parse({"reward_min": "0.5"}).reward_min or 0, 0.5)
+
+
+def test_the_passing_filter_lists_successes_below_the_pass_threshold(index: RowIndex) -> None:
+    """``passing=no`` is a wrong answer: a success rewarded below the threshold (never a
+    failure, which has its own filter, nor a success without a reward)."""
+
+    def reward_and_status(row_id: str) -> tuple[float | None, str]:
+        record = index.read(int(row_id[1:]))
+        return record.get("reward"), record["status"]
+
+    wrong = ids(index, passing="no")
+    assert wrong
+    for row_id in wrong:
+        reward, status = reward_and_status(row_id)
+        assert status == "success" and reward is not None and reward < 1.0
+    passed = ids(index, passing="yes")
+    assert passed and all(reward_and_status(r) == (1.0, "success") for r in passed)
+    strict = run_query(index, RowQuery.parse({"passing": "no", "per_page": "200"}), None, 0.5)
+    assert len(strict.positions) < len(wrong)  # a lower threshold: fewer wrong answers
+    with pytest.raises(QueryError, match="passing: 'maybe' is not one of no, yes"):
+        RowQuery.parse({"passing": "maybe"})

@@ -288,3 +288,19 @@ def test_a_run_written_to_an_output_without_extension_is_found(runs: Runs, tmp_p
     _live_copy(runs, tmp_path / "runs" / "x", 16, results_name="example")
     catalog = Catalog.open([tmp_path / "runs"])
     assert [e.paths.results.name for e in catalog.runs.values()] == ["example"]
+
+
+def test_a_run_without_a_grader_says_no_grader_not_reward_zero(tmp_path: Path) -> None:
+    results = records.write(
+        tmp_path / "nograder" / "results.jsonl",
+        [records.record(i, reward=None) for i in range(4)],
+    )
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        listing = client.get("/").text
+        assert 'no-grader" colspan="2">no grader</td>' in listing
+        key = key_of(client)
+        page = client.get(f"/runs/{key}").text
+        assert page.count('<span class="no-grader">no grader</span>') == 2
+        assert "0.0 %" not in page
+        assert '<td class="why">no grader</td>' in page

@@ -99,5 +99,9 @@ class RewardGrader(Grader):
     async def grade(self, ctx: GraderContext) -> float:
         rewards = self.config.settings.get("rewards", {})
         if ctx.rollout_id in rewards:
-            return float(rewards[ctx.rollout_id])
-        return float(ctx.metadata.get("reward", 1.0))
+            reward = float(rewards[ctx.rollout_id])
+        else:
+            reward = float(ctx.metadata.get("reward", 1.0))
+        verdict = "the answer matches the label" if reward >= 1 else "the answer is not the label"
+        ctx.explain(f"{verdict}: reward {reward:g}", label=ctx.label)
+        return reward

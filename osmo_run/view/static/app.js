@@ -69,6 +69,7 @@
       const reward = row.dataset.reward === "" ? NaN : Number(row.dataset.reward);
       if (f.rewardMin !== "" && !(reward >= Number(f.rewardMin))) return false;
       if (f.rewardMax !== "" && !(reward <= Number(f.rewardMax))) return false;
+      if (f.passing && row.dataset.passing !== f.passing) return false;
       if (f.q && !(row.dataset.search || "").includes(f.q)) return false;
       return true;
     }
@@ -77,7 +78,7 @@
       const data = new FormData(form);
       const f = {
         status: data.get("status"), category: data.get("category"), phase: data.get("phase"),
-        rewardMin: data.get("reward_min"), rewardMax: data.get("reward_max"),
+        passing: data.get("passing"), rewardMin: data.get("reward_min"), rewardMax: data.get("reward_max"),
         q: String(data.get("q") || "").trim().toLowerCase(),
       };
       const shown = all.filter((row) => matches(row, f));
