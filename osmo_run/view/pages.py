@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from osmo_run.run.columns import column_map
 from osmo_run.run.finish import exit_code_for
+from osmo_run.run.paired import RegressionVerdict, regression_gate
 from osmo_run.run.records import OutputRecord, record_safe_name
-from osmo_run.run.report import Comparison, LoadedRun, compare
+from osmo_run.run.report import Comparison, LoadedRun, compare, error_change
 from osmo_run.run.summary import RunSummary
 from osmo_run.view import charts
 from osmo_run.view import derived as derived_cache
@@ -377,6 +378,9 @@ class CompareView:
     largest: list[tuple[str, float | None, float | None, float]]
     histogram: charts.BarChart
     threshold: float
+    verdict: RegressionVerdict | None = None
+    """The regression gate's decision on pass rate at 0.05 (what ``osmo-run report A B
+    --fail-on-regression`` would say with its defaults)."""
 
 
 def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
@@ -384,7 +388,11 @@ def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
     threshold = a.pass_threshold
     diff = compare(LoadedRun(a.paths, a.manifest), LoadedRun(b.paths, b.manifest), threshold)
     largest = sorted(
-        ((n, ra, rb, (rb or 0.0) - (ra or 0.0)) for n, ra, rb in diff.reward_deltas),
+        (
+            (n, ra, rb, delta)
+            for n, ra, rb in diff.reward_deltas
+            if (delta := (rb or 0.0) - (ra or 0.0)) != 0.0
+        ),
         key=lambda item: abs(item[3]),
         reverse=True,
     )[:100]
@@ -396,12 +404,19 @@ def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
             charts.Bar(
                 f"{name} · B",
                 after,
-                f"{after:,} ({after - before:+d})",
+                f"{after:,} ({after - before:+d})"
+                if diff.rollouts[0] == diff.rollouts[1]
+                else error_change(diff, name).split(" -> ")[1],
                 links.run(b.key, category=name),
                 "bad",
             )
         )
-    return CompareView(a, b, diff, largest, chart, threshold)
+    verdict = (
+        regression_gate(diff.significance.passing, 0.05, 0.0)
+        if diff.significance is not None
+        else None
+    )
+    return CompareView(a, b, diff, largest, chart, threshold, verdict)
 
 
 def row_link(links: Links, key: str, row_id: str) -> str:

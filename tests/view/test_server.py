@@ -304,3 +304,35 @@ def test_a_run_without_a_grader_says_no_grader_not_reward_zero(tmp_path: Path) -
         assert page.count('<span class="no-grader">no grader</span>') == 2
         assert "0.0 %" not in page
         assert '<td class="why">no grader</td>' in page
+
+
+def test_compare_with_three_samples_per_row_lists_no_unchanged_row_and_uses_rates(
+    runs: Runs, tmp_path: Path
+) -> None:
+    """B is run a with every row sampled three times, each sample as a's one: nothing
+    changed. The page listed unchanged rows as changes (None -> 0.0), did not name the
+    samples per row, and compared raw error counts (4 -> 12); it now shows rates and the
+    paired test, which cannot tell anything from noise."""
+    folder = tmp_path / "runs"
+    shutil.copytree(runs.a, folder / "a")
+    (folder / "b").mkdir()
+    manifest = json.loads((runs.a / "results.manifest.json").read_text(encoding="utf-8"))
+    manifest["defining"]["samples_per_row"] = 3
+    (folder / "b" / "results.manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    tripled = []
+    for text in (runs.a / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(text)
+        for sample in range(3):
+            tripled.append({**record, "sample_index": sample})
+    records.write(folder / "b" / "results.jsonl", tripled)
+    viewer = Viewer(Catalog.open([folder]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        keys = sorted(viewer.catalog.runs, key=lambda k: str(viewer.catalog.runs[k].paths))
+        page = client.get(f"/compare?a={keys[0]}&b={keys[1]}").text
+        assert "no reward changed" in page and 'id="reward-deltas"' not in page
+        assert 'id="compare-samples">A 1 · B 3' in page
+        assert 'id="compare-rollouts">A 16 · B 48' in page
+        assert "1 of 48 (2.1%)" not in page and "3 of 48 (6.2%) (+0.0 points)" in page
+        assert "(+2)" not in page  # rate_limit 1 -> 3 is no change
+        assert 'data-metric="pass rate"' in page and "cannot tell that from noise" not in page
+        assert "within --max-regression 0" in page
