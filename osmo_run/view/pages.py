@@ -29,7 +29,7 @@ from osmo_run.view.derived import Derived
 from osmo_run.view.files import FileEntry, list_files, relative_inside, text_preview
 from osmo_run.view.index import PHASES, STATUSES, BadLine, RowIndex
 from osmo_run.view.labels import DatasetLines, DatasetRowView
-from osmo_run.view.query import QueryCache, RowPage, RowQuery, run_query
+from osmo_run.view.query import Neighbors, QueryCache, RowPage, RowQuery, neighbors, run_query
 from osmo_run.view.served import ServedFiles
 from osmo_run.view.transcript import Turn, pretty_json, preview, transcript
 from osmo_run.view.why import passing, why_text
@@ -43,7 +43,7 @@ VERDICTS = {
 
 class Links(Protocol):
     def run(self, key: str, query: RowQuery | None = None, **changes: object) -> str: ...
-    def row(self, key: str, position: int) -> str: ...
+    def row(self, key: str, position: int, query: RowQuery | None = None) -> str: ...
     def file(self, key: str, relative: str) -> str | None: ...
     def find(self, key: str, row_id: str, sample: int) -> str: ...
 
@@ -68,6 +68,8 @@ class Overview:
     pending: int
     categories_seen: list[str]
     gates: list[dict[str, Any]] = field(default_factory=list)
+    not_passing: int = 0
+    """Successes rewarded below the pass threshold."""
 
 
 @dataclass
@@ -178,6 +180,7 @@ class RunView:
         summary = derived.summary
         key = self.entry.key
         code = int(exit_code_for(summary))
+        not_passing = self.not_passing_count()
         return Overview(
             entry=self.entry,
             summary=summary,
@@ -185,10 +188,11 @@ class RunView:
             expected=self.entry.expected,
             state=self.entry.state(),
             verdict=VERDICTS.get(code, f"exit code {code}"),
+            not_passing=not_passing,
             status=charts.status_chart(
                 summary,
                 lambda s: links.run(key, status=s),
-                not_passing=self.not_passing_count(),
+                not_passing=not_passing,
                 not_passing_href=links.run(key, passing="no"),
             ),
             categories=charts.category_chart(summary, lambda c: links.run(key, category=c)),
@@ -211,6 +215,11 @@ class RunView:
         return sum(
             1 for s, r in zip(cols.status, cols.reward, strict=True) if s == 0 and r < threshold
         )
+
+    def neighbors(self, position: int, query: RowQuery) -> Neighbors:
+        """Where the row at ``position`` sits in the rows list ``query`` shows (call with
+        :attr:`lock` held, after :meth:`refresh`)."""
+        return neighbors(self.index, query, position, self.queries, self.entry.pass_threshold)
 
     def page(self, query: RowQuery) -> tuple[RowPage, list[RowLine]]:
         page = run_query(self.index, query, self.queries, self.entry.pass_threshold)

@@ -199,8 +199,13 @@ def run_query(
     index: RowIndex, query: RowQuery, cache: QueryCache | None = None, threshold: float = 1.0
 ) -> RowPage:
     """The page of ``query`` over ``index`` (which the caller has refreshed); ``threshold``
-    is the run's pass threshold (the ``passing`` filter)."""
+    is the run's pass threshold (the ``passing`` filter). A page past the last is the
+    last (``?page=2001`` of 2000 showed "page 2001 of 2000" and an empty table)."""
     count = index.count
+    if not query.filtered and query.sort == "line":
+        last = max(1, -(-count // query.per_page))
+        if query.page > last:
+            query = replace(query, page=last)
     start = (query.page - 1) * query.per_page
     if not query.filtered and query.sort == "line":
         # The common case, and the one that must not grow with the run: a slice.
@@ -211,17 +216,77 @@ def run_query(
         else:
             positions = list(range(start, min(start + query.per_page, count)))
         return RowPage(positions, count, query.page, max(1, -(-count // query.per_page)))
-    # the page and its size do not change which rows match: paging reuses the matches
-    filters = {k: v for k, v in vars(query).items() if k not in {"page", "per_page"}}
-    key = (index.generation, count, *filters.values())
-    key = (*key, threshold)
-    matches = (cache or QueryCache(0)).get(key, lambda: _matching(index, query, threshold))
+    matches = _cached_matches(index, query, cache, threshold)
     total = len(matches)
+    last = max(1, -(-total // query.per_page))
+    if query.page > last:
+        query = replace(query, page=last)
+        start = (query.page - 1) * query.per_page
     return RowPage(
         matches[start : start + query.per_page],
         total,
         query.page,
         max(1, -(-total // query.per_page)),
+    )
+
+
+def _cached_matches(
+    index: RowIndex, query: RowQuery, cache: QueryCache | None, threshold: float
+) -> list[int]:
+    """The positions ``query`` matches, in its order; the page and its size do not change
+    which rows match, so paging (and a row page's neighbours) reuse them."""
+    filters = {k: v for k, v in vars(query).items() if k not in {"page", "per_page"}}
+    key = (index.generation, index.count, *filters.values(), threshold)
+    return (cache or QueryCache(0)).get(key, lambda: _matching(index, query, threshold))
+
+
+@dataclass(frozen=True)
+class Neighbors:
+    """A row's place in a rows list: the rows before and after it there, its 1-based
+    place (``None`` when the list does not hold it), the list's length and the list page
+    holding it."""
+
+    previous: int | None
+    next: int | None
+    place: int | None
+    total: int
+    page: int
+
+
+def neighbors(
+    index: RowIndex,
+    query: RowQuery,
+    position: int,
+    cache: QueryCache | None = None,
+    threshold: float = 1.0,
+) -> Neighbors:
+    """Where ``position`` is in the list ``query`` shows (its filters and sort; its page
+    is ignored), so a row page's previous and next follow the list it was opened from."""
+    count = index.count
+    if not query.filtered and query.sort == "line":
+        if not 0 <= position < count:
+            return Neighbors(None, None, None, count, query.page)
+        step = -1 if query.descending else 1
+        before, after = position - step, position + step
+        place = (count - position) if query.descending else position + 1
+        return Neighbors(
+            before if 0 <= before < count else None,
+            after if 0 <= after < count else None,
+            place,
+            count,
+            (place - 1) // query.per_page + 1,
+        )
+    matches = _cached_matches(index, query, cache, threshold)
+    try:
+        at = matches.index(position)
+    except ValueError:
+        return Neighbors(None, None, None, len(matches), query.page)
+    return Neighbors(
+        matches[at - 1] if at > 0 else None,
+        matches[at + 1] if at + 1 < len(matches) else None,
+        at + 1,
+        len(matches),
+        at // query.per_page + 1,
     )
 
 

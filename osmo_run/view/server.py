@@ -77,8 +77,11 @@ class ServerLinks:
         base = f"/runs/{quote(key)}"
         return (query or RowQuery()).url(base, **changes) + ("#rows" if changes else "")
 
-    def row(self, key: str, position: int) -> str:
-        return f"/runs/{quote(key)}/rows/{position}"
+    def row(self, key: str, position: int, query: RowQuery | None = None) -> str:
+        """A row page; with ``query``, the rows list it was opened from (its filters, sort
+        and page), which the page's back, previous and next links follow."""
+        base = f"/runs/{quote(key)}/rows/{position}"
+        return query.url(base) if query is not None else base
 
     def file(self, key: str, relative: str) -> str | None:
         return f"/runs/{quote(key)}/files/{quote(relative)}"
@@ -385,14 +388,24 @@ class _Handlers:
         if not viewer.wait_ready(view):
             return RedirectResponse(f"/runs/{quote(view.entry.key)}", status_code=303)
         position = request.path_params["position"]
+        try:
+            query = RowQuery.parse(request.query_params)
+        except QueryError:
+            query = RowQuery()  # a hand-edited list context: the whole run's order
         with view.lock:
             view.refresh()
             detail = view.detail(position)
-            count = view.index.count
+            near = view.neighbors(position, query)
         if detail is None:
             return _not_found(f"run {view.entry.name} has no row at position {position}")
         return _page(
-            "row.html", d=detail, entry=view.entry, key=view.entry.key, count=count, links=LINKS
+            "row.html",
+            d=detail,
+            entry=view.entry,
+            key=view.entry.key,
+            near=near,
+            query=query,
+            links=LINKS,
         )
 
     def find_row(self, request: Request) -> Response:

@@ -126,6 +126,48 @@ def test_the_why_column_finds_a_wrong_answer_in_one_click(viewer: Viewer, page: 
     assert failed.startswith("agent_error: ")
 
 
+def test_keyboard_and_row_pages_stay_in_the_filtered_list(viewer: Viewer, page: Any) -> None:
+    """From a filtered list, a row page's previous/next follow that list, and back (or Esc)
+    returns to it with its filters; j/k and Enter open rows, "/" searches, a search with
+    no result says so, forms leave empty fields out of the URL, and a page past the last
+    shows the last."""
+    open_run(page, viewer, "a")
+    page.click("#quick-not-passing")
+    page.wait_for_load_state("load")
+    assert page.url.endswith("?passing=no#rows")
+    listed = [r["id"] for r in rows_shown(page)]
+    assert len(listed) == 8  # rewards 0.5 and 0 of ok-00..ok-11
+
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#row-place")
+    assert page.inner_text("h1") == listed[1]
+    assert page.inner_text("#row-place") == "2 of 8 matching"
+    page.keyboard.press("ArrowRight")
+    page.wait_for_load_state("load")
+    assert page.inner_text("h1") == listed[2]  # the next in the list, not in the file
+    page.click("#next-row")
+    page.wait_for_load_state("load")
+    assert page.inner_text("h1") == listed[3]
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#rows-table")
+    assert "passing=no" in page.url
+    assert page.inner_text("#match-count").startswith("8 of 16 rollouts match")
+
+    page.keyboard.press("/")
+    page.keyboard.type("no such text anywhere")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#no-match")
+    assert "no rows match the search “no such text anywhere”" in page.inner_text("#no-match")
+    query = page.url.split("?", 1)[1].split("#")[0]
+    assert sorted(p.split("=")[0] for p in query.split("&")) == ["passing", "q"]
+
+    page.goto(page.url.split("?")[0] + "?page=99")
+    assert page.inner_text("#match-count").endswith("page 1 of 1")
+    assert len(rows_shown(page)) == 16
+
+
 def test_a_markup_payload_renders_as_text(viewer: Viewer, page: Any) -> None:
     open_run(page, viewer, "a")
     previews = page.eval_on_selector_all("td.preview", "cells => cells.map(c => c.textContent)")
