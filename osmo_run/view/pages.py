@@ -121,6 +121,9 @@ class RowDetail:
     dataset_note: str | None
     why: str = ""
     """Why it has its result, in full (the error, the grader's explanation)."""
+    full_error: str | None = None
+    """The file holding the full error text (``backend.error_log``), relative to the run
+    directory, when it is inside it."""
     not_passing: bool = False
     """A success rewarded below the pass threshold."""
     threshold: float = 1.0
@@ -328,10 +331,26 @@ class RunView:
             dataset_row=dataset_row,
             dataset_note=dataset_note,
             why=why_text(record, full=True),
+            full_error=self._full_error(backend),
             not_passing=record.get("status") == "success"
             and passing(record, self.entry.pass_threshold) is False,
             threshold=self.entry.pass_threshold,
         )
+
+    def _full_error(self, backend: Any) -> str | None:
+        """Where the row's full error text is (``backend.error_log``), relative to the run
+        directory; ``None`` without one or outside it."""
+        log = backend.get("error_log") if isinstance(backend, dict) else None
+        if not isinstance(log, str) or not log:
+            return None
+        root = self.entry.paths.directory
+        path = Path(log) if Path(log).is_absolute() else root / log
+        if not path.is_file():
+            return None
+        relative = relative_inside(root, path)
+        if relative is None or not self.served.allows(relative):
+            return None
+        return relative
 
     def _dataset_row(self, record: dict[str, Any]) -> tuple[DatasetRowView | None, str | None]:
         manifest = self.entry.manifest

@@ -168,6 +168,43 @@ def test_keyboard_and_row_pages_stay_in_the_filtered_list(viewer: Viewer, page: 
     assert len(rows_shown(page)) == 16
 
 
+def test_a_transcript_reads_as_a_conversation_markdown_folded_and_numbered(
+    viewer: Viewer, page: Any
+) -> None:
+    """Markdown rendered (raw HTML stays off: see the markup payload test), tool output
+    monospaced and a long one collapsed, reasoning collapsed, empty fields left out, turns
+    numbered, a tool turn's header naming its call once, timings in units."""
+    open_run(page, viewer, "a")
+    page.click("a.row-link:text-is('ok-01')")
+    page.wait_for_selector("#transcript")
+    answer = "#transcript .turn.assistant:last-child .text.md"
+    assert page.inner_text(f"{answer} strong") == "3"
+    assert page.inner_text(f"{answer} pre code").strip() == "1 + 2 = 3"
+    assert page.locator(f"{answer} a").count() == 0  # a javascript: link stays text
+    who = page.inner_text("#transcript .turn.tool .who")
+    assert (
+        who.lower().startswith("#4 tool · result of calculator")
+        and who.lower().count("calculator") == 1
+    )
+    fold = page.locator("#transcript .turn.tool details.fold")
+    assert fold.count() == 1 and fold.get_attribute("open") is None
+    assert "40 lines" in page.inner_text("#transcript .turn.tool summary")
+    page.click("#transcript .turn.tool summary")
+    output = page.locator("#transcript .turn.tool pre.tool-output")
+    assert output.is_visible() and "line 39" in output.inner_text()
+    family = output.evaluate("e => getComputedStyle(e).fontFamily")
+    assert "mono" in family.lower()
+    reasoning = page.locator("#transcript details.reasoning")
+    assert reasoning.count() == 1 and reasoning.get_attribute("open") is None
+    assert "First I add" not in reasoning.inner_text()  # collapsed: its summary shows
+    page.click("#transcript details.reasoning summary")
+    assert "First I add" in reasoning.inner_text()
+    assert page.locator("#transcript details:has-text('more fields')").count() == 0
+    timings = page.inner_text(".card:has(h3:text-is('timings'))")
+    assert "e-0" not in timings and ("ms" in timings or "µs" in timings)
+    screenshot(page, "transcript")
+
+
 def test_a_markup_payload_renders_as_text(viewer: Viewer, page: Any) -> None:
     open_run(page, viewer, "a")
     previews = page.eval_on_selector_all("td.preview", "cells => cells.map(c => c.textContent)")
