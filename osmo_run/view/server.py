@@ -12,6 +12,7 @@ Routes, all read-only (GET):
     /runs/{key}/find?row=&sample=   redirect to a row page by row id (the compare page's links)
     /runs/{key}/files/{path}        a file the run recorded (see served.py; 404 for anything else)
     /compare?a=KEY&b=KEY            two runs of one dataset compared
+    /compare/row?a=&b=&row=&sample= one row's transcripts in A and in B, side by side
     /static/...                     the stylesheet and the page script
 
 Handlers are plain functions, which Starlette runs in its thread pool; each run's index is
@@ -489,6 +490,27 @@ class _Handlers:
         context["c"] = compare_runs(a, b, LINKS)
         return _page("compare.html", **context)
 
+    def compare_row(self, request: Request) -> Response:
+        """One row of two runs side by side: its result, why, and transcript in each."""
+        viewer = self.viewer
+        a = viewer.catalog.get(request.query_params.get("a", ""))
+        b = viewer.catalog.get(request.query_params.get("b", ""))
+        row_id = request.query_params.get("row", "")
+        sample_text = request.query_params.get("sample", "0")
+        sample = int(sample_text) if sample_text.isdigit() else 0
+        if a is None or b is None or not row_id:
+            return _not_found("give two runs of this viewer (a, b) and a row id (row)")
+        sides = []
+        for entry in (a, b):
+            view = viewer.views[entry.key]
+            viewer.wait_ready(view)
+            with view.lock:
+                view.refresh()
+                position = view.find(row_id, sample)
+                detail = view.detail(position) if position is not None else None
+            sides.append((entry, detail))
+        return _page("compare_row.html", sides=sides, row_id=row_id, sample=sample, links=LINKS)
+
 
 def _first_bad_record(view: RunView) -> BadLine | None:
     """The first line of ``view``'s run that is JSON but not a record (``osmo-run report``'s
@@ -506,6 +528,7 @@ def create_app(viewer: Viewer, trusted_hosts: list[str] | None = None) -> Starle
         Route("/", pages.runs),
         Route("/state", pages.all_state),
         Route("/compare", pages.compare_page),
+        Route("/compare/row", pages.compare_row),
         Route("/runs/{key}", pages.run_page),
         Route("/runs/{key}/state", pages.run_state),
         Route("/runs/{key}/rows/{position:int}", pages.row_page),

@@ -241,10 +241,33 @@ def test_compare_view_lists_what_changed_with_links(viewer: Viewer, page: Any, r
     page.click("form button[type=submit]")
     page.wait_for_selector("#now-passing")
     assert page.inner_text("#compare-rows").startswith("16 in both")
-    passing = page.eval_on_selector_all("#now-passing a", "as => as.map(a => a.textContent)")
-    failing = page.eval_on_selector_all("#now-failing a", "as => as.map(a => a.textContent)")
+    passing = page.eval_on_selector_all(
+        "#now-passing a:not(.side-link)", "as => as.map(a => a.textContent)"
+    )
+    failing = page.eval_on_selector_all(
+        "#now-failing a:not(.side-link)", "as => as.map(a => a.textContent)"
+    )
     assert passing == ["ok-02"] and failing == ["ok-03"]
     assert page.locator("#chart-compare .bar-row[data-label='agent_error · B']").count() == 1
+    test = page.inner_text("#compare-test")
+    assert "pass rate" in test and "exact McNemar: 1 rows now failing, 1 now passing" in test
+    assert "mean reward" in test and "95 % CI" in test
+
+    # a row's transcripts in A and B, side by side
+    page.click("#now-failing a.side-link")
+    page.wait_for_selector("#side-by-side")
+    assert page.inner_text("h1").startswith("ok-03")
+    assert page.locator("#side-a #transcript, #side-a .transcript .turn").count() == 5
+    assert "failure" in page.inner_text("#side-b") and "fails in this run" in page.inner_text(
+        "#side-b .why"
+    )
+    left = page.locator("#side-a").bounding_box()
+    right = page.locator("#side-b").bounding_box()
+    assert left is not None and right is not None and left["x"] < right["x"]
+    assert abs(left["y"] - right["y"]) < 2  # beside each other, not one under the other
+    screenshot(page, "compare-row")
+    page.go_back()
+    page.wait_for_selector("#now-failing")
     screenshot(page, "compare")
 
     page.click("#now-failing a")
