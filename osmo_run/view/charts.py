@@ -81,8 +81,9 @@ def status_chart(
             link = href(status) if href else None
             chart.bars.append(Bar(status, n, f"{n:,}", link, tones[status]))
         if status == "failure" and not_passing:
-            text = f"{not_passing:,} (success, reward below the pass threshold)"
-            chart.bars.append(Bar("not passing", not_passing, text, not_passing_href, "warn"))
+            chart.bars.append(
+                Bar("not passing", not_passing, f"{not_passing:,}", not_passing_href, "warn")
+            )
     return chart
 
 
