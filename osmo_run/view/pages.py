@@ -222,10 +222,40 @@ class RunView:
     def neighbors(self, position: int, query: RowQuery) -> Neighbors:
         """Where the row at ``position`` sits in the rows list ``query`` shows (call with
         :attr:`lock` held, after :meth:`refresh`)."""
-        return neighbors(self.index, query, position, self.queries, self.entry.pass_threshold)
+        return neighbors(
+            self.index,
+            query,
+            position,
+            self.queries,
+            self.entry.pass_threshold,
+            self.failed_prompt_matches,
+        )
+
+    def failed_prompt_matches(self, text: str) -> set[int]:
+        """Failed rollouts without a sample whose prompt, read back from the run's dataset,
+        holds ``text`` (any case): their prompt is in no line of the results file, yet a
+        search of prompts must find them (call with :attr:`lock` held)."""
+        from osmo_run.view.search import prompt_strings
+
+        cols, needle = self.index.cols, text.casefold()
+        failed = [i for i in range(self.index.count) if cols.status[i] != 0]
+        found: set[int] = set()
+        for position, record in self.index.read_many(failed):
+            if not isinstance(record, dict) or isinstance(record.get("sample"), dict):
+                continue  # its messages, prompt included, are in the results file
+            row, _ = self._dataset_row(record)
+            if row is not None and any(needle in s.casefold() for s in prompt_strings(row.prompt)):
+                found.add(position)
+        return found
 
     def page(self, query: RowQuery) -> tuple[RowPage, list[RowLine]]:
-        page = run_query(self.index, query, self.queries, self.entry.pass_threshold)
+        page = run_query(
+            self.index,
+            query,
+            self.queries,
+            self.entry.pass_threshold,
+            self.failed_prompt_matches,
+        )
         return page, self.lines(page.positions)
 
     def lines(self, positions: list[int], with_search_text: bool = False) -> list[RowLine]:

@@ -195,11 +195,21 @@ class QueryCache:
         return value
 
 
+TextSearch = Callable[[str], set[int]]
+"""More positions a free text matches, beyond the results file's own text (failed
+rollouts' prompts, read back from the dataset)."""
+
+
 def run_query(
-    index: RowIndex, query: RowQuery, cache: QueryCache | None = None, threshold: float = 1.0
+    index: RowIndex,
+    query: RowQuery,
+    cache: QueryCache | None = None,
+    threshold: float = 1.0,
+    more_text: TextSearch | None = None,
 ) -> RowPage:
     """The page of ``query`` over ``index`` (which the caller has refreshed); ``threshold``
-    is the run's pass threshold (the ``passing`` filter). A page past the last is the
+    is the run's pass threshold (the ``passing`` filter), ``more_text`` adds to what free
+    text matches. A page past the last is the
     last (``?page=2001`` of 2000 showed "page 2001 of 2000" and an empty table)."""
     count = index.count
     if not query.filtered and query.sort == "line":
@@ -216,7 +226,7 @@ def run_query(
         else:
             positions = list(range(start, min(start + query.per_page, count)))
         return RowPage(positions, count, query.page, max(1, -(-count // query.per_page)))
-    matches = _cached_matches(index, query, cache, threshold)
+    matches = _cached_matches(index, query, cache, threshold, more_text)
     total = len(matches)
     last = max(1, -(-total // query.per_page))
     if query.page > last:
@@ -231,13 +241,17 @@ def run_query(
 
 
 def _cached_matches(
-    index: RowIndex, query: RowQuery, cache: QueryCache | None, threshold: float
+    index: RowIndex,
+    query: RowQuery,
+    cache: QueryCache | None,
+    threshold: float,
+    more_text: TextSearch | None = None,
 ) -> list[int]:
     """The positions ``query`` matches, in its order; the page and its size do not change
     which rows match, so paging (and a row page's neighbours) reuse them."""
     filters = {k: v for k, v in vars(query).items() if k not in {"page", "per_page"}}
     key = (index.generation, index.count, *filters.values(), threshold)
-    return (cache or QueryCache(0)).get(key, lambda: _matching(index, query, threshold))
+    return (cache or QueryCache(0)).get(key, lambda: _matching(index, query, threshold, more_text))
 
 
 @dataclass(frozen=True)
@@ -259,6 +273,7 @@ def neighbors(
     position: int,
     cache: QueryCache | None = None,
     threshold: float = 1.0,
+    more_text: TextSearch | None = None,
 ) -> Neighbors:
     """Where ``position`` is in the list ``query`` shows (its filters and sort; its page
     is ignored), so a row page's previous and next follow the list it was opened from."""
@@ -276,7 +291,7 @@ def neighbors(
             count,
             (place - 1) // query.per_page + 1,
         )
-    matches = _cached_matches(index, query, cache, threshold)
+    matches = _cached_matches(index, query, cache, threshold, more_text)
     try:
         at = matches.index(position)
     except ValueError:
@@ -290,11 +305,19 @@ def neighbors(
     )
 
 
-def _matching(index: RowIndex, query: RowQuery, threshold: float = 1.0) -> list[int]:
+def _matching(
+    index: RowIndex,
+    query: RowQuery,
+    threshold: float = 1.0,
+    more_text: TextSearch | None = None,
+) -> list[int]:
     cols = index.cols
     candidates: Sequence[int] = range(index.count)
     if query.text:
-        candidates = sorted(matching_positions(index, query.text))
+        found = matching_positions(index, query.text)
+        if more_text is not None:
+            found |= more_text(query.text)
+        candidates = sorted(found)
     if query.status is not None:
         code = STATUSES.index(query.status)
         candidates = [i for i in candidates if cols.status[i] == code]

@@ -36,6 +36,11 @@ def searchable_strings(record: dict[str, Any]) -> Iterator[str]:
         yield from _strings(sample.get("messages"))
 
 
+def prompt_strings(prompt: Any) -> Iterator[str]:
+    """The strings of a prompt (a list of messages) that free text searches."""
+    yield from _strings(prompt)
+
+
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value

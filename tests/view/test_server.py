@@ -336,3 +336,12 @@ def test_compare_with_three_samples_per_row_lists_no_unchanged_row_and_uses_rate
         assert "(+2)" not in page  # rate_limit 1 -> 3 is no change
         assert 'data-metric="pass rate"' in page and "cannot tell that from noise" not in page
         assert "within --max-regression 0" in page
+
+
+def test_a_search_finds_failed_rollouts_by_their_prompt(client: TestClient) -> None:
+    """A failed rollout has no sample: its prompt is only in the dataset, which the search
+    reads back (the README says prompts are searched)."""
+    key = key_of(client)
+    page = client.get(f"/runs/{key}?q=FAIL&per_page=200").text
+    shown = sorted(p.split('"')[0] for p in page.split('data-row="')[1:])
+    assert shown == ["bad-value", "boom", "limited"]
