@@ -235,8 +235,12 @@ class RunView:
         """Failed rollouts without a sample whose prompt, read back from the run's dataset,
         holds ``text`` (any case): their prompt is in no line of the results file, yet a
         search of prompts must find them (call with :attr:`lock` held)."""
-        from osmo_run.view.search import prompt_strings
+        from osmo_run.view.search import file_mentions, prompt_strings
 
+        manifest = self.entry.manifest
+        dataset = manifest.info.get("dataset_path") if manifest else None
+        if not isinstance(dataset, str) or not file_mentions(Path(dataset), text):
+            return set()  # the common case: no prompt holds it, no record is read
         cols, needle = self.index.cols, text.casefold()
         failed = [i for i in range(self.index.count) if cols.status[i] != 0]
         found: set[int] = set()

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from osmo_run.view.index import RowIndex
@@ -130,6 +132,25 @@ def _ascii_offsets(data: mmap.mmap, size: int, needle: bytes) -> Iterator[int]:
 def _regex_offsets(data: mmap.mmap, size: int, pattern: re.Pattern[bytes]) -> Iterator[int]:
     for match in pattern.finditer(data, 0, size):
         yield match.start()
+
+
+def file_mentions(path: Path, text: str) -> bool:
+    """Whether the file at ``path`` holds ``text`` as JSON spells it (any case): a byte
+    scan, so a search skips parsing a file that cannot match. ``False`` when unreadable."""
+    spelled = json.dumps(text, ensure_ascii=False)[1:-1]
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                return False
+            with mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ) as data:
+                if all(c.isascii() or c.lower() == c.upper() for c in spelled):
+                    found = _ascii_offsets(data, size, spelled.encode("utf-8").lower())
+                else:
+                    found = _regex_offsets(data, size, _byte_pattern(spelled))
+                return next(iter(found), None) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def matching_positions(index: RowIndex, text: str) -> set[int]:
