@@ -19,8 +19,38 @@ def report(
             "Shards of one run (--shard K/N): merge them into one summary."
         ),
     ],
+    fail_on_regression: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-regression",
+            help="With two runs A (the baseline) and B: exit 1 when B is worse than A by "
+            "more than --max-regression and a paired test over the rows in both tells "
+            "the drop from noise at --regression-alpha.",
+        ),
+    ] = False,
+    regression_alpha: Annotated[
+        float,
+        typer.Option(help="Significance level of the regression gate (one-sided)."),
+    ] = 0.05,
+    max_regression: Annotated[
+        float,
+        typer.Option(help="Drop tolerated by the regression gate (0.02: two points)."),
+    ] = 0.0,
+    regression_metric: Annotated[
+        str,
+        typer.Option(
+            help="What the regression gate compares: pass (pass rate, exact McNemar) or "
+            "reward (mean reward, no reward = 0, paired sign-flip test)."
+        ),
+    ] = "pass",
+    junit_xml: Annotated[
+        Path | None,
+        typer.Option("--junit-xml", help="With --fail-on-regression: write the gate as JUnit XML."),
+    ] = None,
 ) -> None:
-    """Print the summary of a finished, partial or crashed run from its files alone."""
+    """Print the summary of a finished, partial or crashed run from its files alone; with
+    two runs, compare them (with paired significance tests) and, with
+    --fail-on-regression, gate B on A."""
     from osmo_run.errors import InputError
     from osmo_run.run.finish import exit_code_for
     from osmo_run.run.report import (
@@ -32,10 +62,21 @@ def report(
         summarize,
     )
 
+    gate_flags = fail_on_regression or junit_xml is not None
+    if gate_flags and len(runs) != 2:
+        raise InputError("--fail-on-regression and --junit-xml take two runs: A (baseline) and B")
+    if junit_xml is not None and not fail_on_regression:
+        raise InputError("--junit-xml here writes the regression gate: add --fail-on-regression")
+    if not 0.0 < regression_alpha < 1.0:
+        raise InputError(f"--regression-alpha {regression_alpha:g}: give a level between 0 and 1")
+    if not 0.0 <= max_regression <= 1.0:
+        raise InputError(f"--max-regression {max_regression:g}: give a drop from 0 to 1")
+    if regression_metric not in ("pass", "reward"):
+        raise InputError(f"--regression-metric {regression_metric!r}: give pass or reward")
     loaded = [LoadedRun.load(path) for path in runs]
     out = console()
     shards = [run.manifest.defining.get("shard") if run.manifest else None for run in loaded]
-    if len(loaded) == 1 or all(shards):
+    if len(loaded) == 1 or (all(shards) and not fail_on_regression):
         missing = check_shards(loaded) if all(shards) else []  # one shard: the others
         summary, count, expected = summarize(loaded)
         out.print(render_report(summary, count, expected, missing, loaded))
@@ -46,7 +87,22 @@ def report(
         raise InputError("report takes one run, two runs to compare, or the shards of one run")
     first, second = loaded
     threshold = float((first.manifest.info if first.manifest else {}).get("pass_threshold", 1.0))
-    out.print(render_comparison(first, second, compare(first, second, threshold)))
+    diff = compare(first, second, threshold)
+    out.print(render_comparison(first, second, diff))
+    if not fail_on_regression or diff.significance is None:
+        return
+    from osmo_run.run.ci_reports import append_step_summary
+    from osmo_run.run.paired import regression_gate
+    from osmo_run.run.report import gate_junit, gate_markdown
+
+    significance = diff.significance
+    result = significance.passing if regression_metric == "pass" else significance.reward
+    verdict = regression_gate(result, regression_alpha, max_regression)
+    out.print(verdict.line(), style="red" if verdict.failed else "green", highlight=False)
+    if junit_xml is not None:
+        gate_junit(verdict, first, second, junit_xml)
+    append_step_summary(gate_markdown(verdict, diff, first, second))
+    raise typer.Exit(1 if verdict.failed else 0)
 
 
 def regrade(

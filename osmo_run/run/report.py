@@ -17,6 +17,7 @@ from rich.text import Text
 
 from osmo_run.errors import InputError
 from osmo_run.run.manifest import Manifest, read_manifest
+from osmo_run.run.paired import RegressionVerdict, Significance, paired_tests
 from osmo_run.run.rows import shown
 from osmo_run.run.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
 from osmo_run.run.spec import parse_shard
@@ -217,6 +218,10 @@ class Comparison:
     mean_delta: float | None = None
     samples: tuple[int, int] = (1, 1)
     """Samples per row of A and of B (from their manifests)."""
+    rollouts: tuple[int, int] = (0, 0)
+    """Rollouts read from A and from B (error counts are compared as rates when they differ)."""
+    significance: Significance | None = None
+    """The paired tests over the rows in both (see :mod:`osmo_run.run.paired`)."""
 
 
 def _outcomes(run: LoadedRun, threshold: float, categories: Counter[str]) -> dict[str, RowOutcome]:
@@ -238,6 +243,8 @@ def compare(a: LoadedRun, b: LoadedRun, threshold: float = 1.0) -> Comparison:
     first = _outcomes(a, threshold, result.categories_a)
     second = _outcomes(b, threshold, result.categories_b)
     delta_sum = 0.0
+    passed: list[tuple[bool, bool]] = []
+    rewards: list[tuple[float, float]] = []
     for name, after in second.items():
         before = first.get(name)
         if before is None:
@@ -248,12 +255,35 @@ def compare(a: LoadedRun, b: LoadedRun, threshold: float = 1.0) -> Comparison:
             result.newly_passing.append(name)
         elif before.passed and not after.passed:
             result.newly_failing.append(name)
-        if before.shown() != after.shown():
+        # a row's mean (no reward = 0) is what changed; a failure in A (no reward) and a
+        # 0.0 mean over B's samples are the same result, not a change
+        if before.mean != after.mean:
             result.reward_deltas.append((name, before.shown(), after.shown()))
         delta_sum += after.mean - before.mean
+        passed.append((before.passed, after.passed))
+        rewards.append((before.mean, after.mean))
     result.only_a = sum(1 for name in first if name not in second)
     result.mean_delta = delta_sum / result.common if result.common else None
+    result.rollouts = (
+        sum(o.samples for o in first.values()),
+        sum(o.samples for o in second.values()),
+    )
+    result.significance = paired_tests(passed, rewards)
     return result
+
+
+def error_change(diff: Comparison, name: str) -> str:
+    """How error category ``name`` changed from A to B: counts when both runs have as many
+    rollouts, else rates (2 of 16 -> 6 of 48 is no change)."""
+    before, after = diff.categories_a[name], diff.categories_b[name]
+    total_a, total_b = diff.rollouts
+    if total_a == total_b or not total_a or not total_b:
+        return f"{before} -> {after} ({after - before:+d})"
+    rate_a, rate_b = before / total_a, after / total_b
+    return (
+        f"{before} of {total_a} ({rate_a:.1%}) -> {after} of {total_b} ({rate_b:.1%}) "
+        f"({(rate_b - rate_a) * 100:+.1f} points)"
+    )
 
 
 def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> RenderableType:
@@ -294,7 +324,10 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
             Text("\n".join(f"{one_line(name)}: {ra} -> {rb}" for name, ra, rb in biggest)),
         )
     names = sorted(set(diff.categories_a) | set(diff.categories_b))
-    if names:
+    if names and diff.rollouts[0] != diff.rollouts[1]:
+        lines = [f"{name:<18} {error_change(diff, name)}" for name in names]
+        table.add_row("errors A -> B", "\n".join(lines))
+    elif names:
         lines = [
             f"{name:<18} {diff.categories_a[name]:>6} -> {diff.categories_b[name]:<6} "
             f"({diff.categories_b[name] - diff.categories_a[name]:+d})"
@@ -303,9 +336,56 @@ def render_comparison(a: LoadedRun, b: LoadedRun, diff: Comparison) -> Renderabl
         table.add_row("errors A -> B", "\n".join(lines))
     else:
         table.add_row("errors A -> B", "none in either")
+    if diff.significance is not None and diff.common:
+        for result in (diff.significance.passing, diff.significance.reward):
+            table.add_row("paired test", result.line())
     damaged = [Text(_bad_lines_text(run, of="comparison"), style="red") for run in (a, b)]
     return Group(
         Text("Run comparison", style="bold underline"),
         table,
         *(text for text, run in zip(damaged, (a, b), strict=True) if run.bad_lines),
     )
+
+
+def gate_junit(verdict: RegressionVerdict, a: LoadedRun, b: LoadedRun, target: Path) -> None:
+    """Write the regression gate as JUnit XML: one test case named after the gate, a
+    failure when it failed, its line either way."""
+    import xml.etree.ElementTree as ET
+
+    name = f"regression gate: {verdict.result.metric} of B against baseline A"
+    root = ET.Element("testsuites", name="osmo-run")
+    suite = ET.SubElement(root, "testsuite", name="osmo-run regression gate")
+    case = ET.SubElement(suite, "testcase", name=name, classname="osmo-run.regression")
+    if verdict.failed:
+        failure = ET.SubElement(case, "failure", type="regression", message=verdict.line())
+        failure.text = f"{verdict.result.line()}\nA: {a.paths.results}\nB: {b.paths.results}"
+    else:
+        ET.SubElement(case, "system-out").text = f"{verdict.line()}\n{verdict.result.line()}"
+    failures = "1" if verdict.failed else "0"
+    for element in (root, suite):
+        element.set("tests", "1")
+        element.set("failures", failures)
+        element.set("errors", "0")
+        element.set("skipped", "0")
+    ET.indent(root)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ET.ElementTree(root).write(target, encoding="utf-8", xml_declaration=True)
+
+
+def gate_markdown(verdict: RegressionVerdict, diff: Comparison, a: LoadedRun, b: LoadedRun) -> str:
+    """The regression gate for ``GITHUB_STEP_SUMMARY``: the verdict, both paired tests."""
+    from osmo_run.run.text import markdown_text
+
+    mark = "❌ failed" if verdict.failed else "✅ passed"
+    lines = [f"## osmo-run regression gate — {mark}", "", f"- {markdown_text(verdict.line())}"]
+    if diff.significance is not None:
+        for result in (diff.significance.passing, diff.significance.reward):
+            lines.append(f"- {markdown_text(result.line())}")
+    lines += [
+        f"- rows: {diff.common} in both, {diff.only_a} only in A, {diff.only_b} only in B; "
+        f"samples per row: A {diff.samples[0]}, B {diff.samples[1]}",
+        "",
+        f"A (baseline): `{a.paths.results}` · B: `{b.paths.results}`",
+        "",
+    ]
+    return "\n".join(lines)

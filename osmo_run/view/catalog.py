@@ -36,6 +36,21 @@ class RunEntry:
     paths: RunPaths
     manifest: Manifest | None
     manifest_error: str | None = None
+    manifest_stamp: tuple[int, int, int] | None = None
+    """The manifest file's (inode, size, mtime) when it was read: another means the run was
+    started again (``--overwrite``, ``--resume``) and the manifest is read again."""
+
+    def reread_manifest(self) -> None:
+        """Read the manifest again when its file changed since it was read, so a run
+        restarted with ``--overwrite`` shows its new start (the first one stayed shown)."""
+        stamp = _stamp(self.paths.manifest)
+        if stamp == self.manifest_stamp:
+            return
+        try:
+            self.manifest, self.manifest_error = read_manifest(self.paths.manifest), None
+        except InputError as exc:
+            self.manifest, self.manifest_error = None, str(exc)
+        self.manifest_stamp = stamp
 
     @property
     def name(self) -> str:
@@ -107,6 +122,14 @@ class RunEntry:
         return datetime.fromtimestamp(max(known), UTC) if known else None
 
 
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 def _mtime(path: Path) -> float | None:
     try:
         return path.stat().st_mtime
@@ -126,9 +149,12 @@ def _find_results(folder: Path, depth: int = 0) -> Iterator[Path]:
         return
     for entry in entries:
         if entry.name.endswith(_MANIFEST) and entry.is_file():
-            results = folder / (entry.name[: -len(_MANIFEST)] + ".jsonl")
-            if results.is_file():
-                yield results
+            stem = entry.name[: -len(_MANIFEST)]
+            # ``--output DIR/example`` writes the results to ``example`` (no extension)
+            for results in (folder / f"{stem}.jsonl", folder / stem):
+                if results.is_file() and RunPaths(results).manifest.name == entry.name:
+                    yield results
+                    break
     if depth >= _MAX_DEPTH:
         return
     for entry in entries:
@@ -168,7 +194,10 @@ class Catalog:
         return catalog
 
     def rescan(self) -> None:
-        """Add the runs that appeared under the roots since the last scan."""
+        """Add the runs that appeared under the roots since the last scan; read again the
+        manifests of runs started again since."""
+        for entry in self.runs.values():
+            entry.reread_manifest()
         for root in self.roots:
             for results in self._results_under(root):
                 self._add(results)
@@ -190,6 +219,7 @@ class Catalog:
             return
         paths = RunPaths(results)
         error = None
+        stamp = _stamp(paths.manifest)
         try:
             manifest = read_manifest(paths.manifest)
         except InputError as exc:
@@ -200,7 +230,7 @@ class Catalog:
         key, n = base, 2
         while key in self.runs:
             key, n = f"{base}-{n}", n + 1
-        self.runs[key] = RunEntry(key, paths, manifest, error)
+        self.runs[key] = RunEntry(key, paths, manifest, error, stamp)
         self._by_results[results] = key
 
     def get(self, key: str) -> RunEntry | None:

@@ -64,7 +64,15 @@ def fmt_number(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def status_chart(summary: RunSummary, href: Callable[[str], str] | None = None) -> BarChart:
+def status_chart(
+    summary: RunSummary,
+    href: Callable[[str], str] | None = None,
+    not_passing: int = 0,
+    not_passing_href: str | None = None,
+) -> BarChart:
+    """Rollouts by status, with ``not_passing`` (successes rewarded below the pass
+    threshold: wrong answers) as a bar of its own after ``failure``, so one click on
+    either lists the rows that did not pass."""
     tones = {"success": "ok", "failure": "bad", "cancelled": "warn"}
     chart = BarChart("Rollouts by status")
     for status in ("success", "failure", "cancelled"):
@@ -72,6 +80,10 @@ def status_chart(summary: RunSummary, href: Callable[[str], str] | None = None) 
         if n:
             link = href(status) if href else None
             chart.bars.append(Bar(status, n, f"{n:,}", link, tones[status]))
+        if status == "failure" and not_passing:
+            chart.bars.append(
+                Bar("not passing", not_passing, f"{not_passing:,}", not_passing_href, "warn")
+            )
     return chart
 
 

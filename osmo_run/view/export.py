@@ -46,7 +46,7 @@ class ExportLinks:
         params = (query or RowQuery()).params(**changes)
         return "#rows?" + urlencode(params)
 
-    def row(self, key: str, position: int) -> str:
+    def row(self, key: str, position: int, query: RowQuery | None = None) -> str:
         return f"#row-{position}" if position in self.exported else "#no-transcript"
 
     def file(self, key: str, relative: str) -> str | None:

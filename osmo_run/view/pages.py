@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from osmo_run.run.columns import column_map
 from osmo_run.run.finish import exit_code_for
+from osmo_run.run.paired import RegressionVerdict, regression_gate
 from osmo_run.run.records import OutputRecord, record_safe_name
-from osmo_run.run.report import Comparison, LoadedRun, compare
+from osmo_run.run.report import Comparison, LoadedRun, compare, error_change
 from osmo_run.run.summary import RunSummary
 from osmo_run.sdk.types import BackendDetails
 from osmo_run.view import charts
@@ -29,9 +30,10 @@ from osmo_run.view.derived import Derived
 from osmo_run.view.files import FileEntry, list_files, relative_inside, text_preview
 from osmo_run.view.index import PHASES, STATUSES, BadLine, RowIndex
 from osmo_run.view.labels import DatasetLines, DatasetRowView
-from osmo_run.view.query import QueryCache, RowPage, RowQuery, run_query
+from osmo_run.view.query import Neighbors, QueryCache, RowPage, RowQuery, neighbors, run_query
 from osmo_run.view.served import ServedFiles
 from osmo_run.view.transcript import Turn, pretty_json, preview, transcript
+from osmo_run.view.why import passing, why_text
 
 VERDICTS = {
     0: "passed: every rollout succeeded",
@@ -42,7 +44,7 @@ VERDICTS = {
 
 class Links(Protocol):
     def run(self, key: str, query: RowQuery | None = None, **changes: object) -> str: ...
-    def row(self, key: str, position: int) -> str: ...
+    def row(self, key: str, position: int, query: RowQuery | None = None) -> str: ...
     def file(self, key: str, relative: str) -> str | None: ...
     def find(self, key: str, row_id: str, sample: int) -> str: ...
 
@@ -67,6 +69,8 @@ class Overview:
     pending: int
     categories_seen: list[str]
     gates: list[dict[str, Any]] = field(default_factory=list)
+    not_passing: int = 0
+    """Successes rewarded below the pass threshold."""
 
 
 @dataclass
@@ -86,6 +90,10 @@ class RowLine:
     tokens: float | None
     attempt: int
     preview: str
+    why: str = ""
+    """Why it has its result, in one line (see :mod:`osmo_run.view.why`)."""
+    passing: bool | None = None
+    """Whether it passed (``None``: a success without a reward)."""
     search_text: str = ""
     """Lower-cased ids and message text (the export filters on it in the browser)."""
 
@@ -112,6 +120,14 @@ class RowDetail:
     """Text files' first bytes, by relative path (artifacts and trial logs)."""
     dataset_row: DatasetRowView | None
     dataset_note: str | None
+    why: str = ""
+    """Why it has its result, in full (the error, the grader's explanation)."""
+    full_error: str | None = None
+    """The file holding the full error text (``backend.error_log``), relative to the run
+    directory, when it is inside it."""
+    not_passing: bool = False
+    """A success rewarded below the pass threshold."""
+    threshold: float = 1.0
 
 
 def _optional(value: float) -> float | None:
@@ -168,6 +184,7 @@ class RunView:
         summary = derived.summary
         key = self.entry.key
         code = int(exit_code_for(summary))
+        not_passing = self.not_passing_count()
         return Overview(
             entry=self.entry,
             summary=summary,
@@ -175,7 +192,13 @@ class RunView:
             expected=self.entry.expected,
             state=self.entry.state(),
             verdict=VERDICTS.get(code, f"exit code {code}"),
-            status=charts.status_chart(summary, lambda s: links.run(key, status=s)),
+            not_passing=not_passing,
+            status=charts.status_chart(
+                summary,
+                lambda s: links.run(key, status=s),
+                not_passing=not_passing,
+                not_passing_href=links.run(key, passing="no"),
+            ),
             categories=charts.category_chart(summary, lambda c: links.run(key, category=c)),
             rewards=charts.reward_chart(
                 derived.reward_bins,
@@ -190,8 +213,54 @@ class RunView:
             gates=_recorded_gates(self.entry),
         )
 
+    def not_passing_count(self) -> int:
+        """Successes rewarded below the pass threshold (wrong answers)."""
+        cols, threshold = self.index.cols, self.entry.pass_threshold
+        return sum(
+            1 for s, r in zip(cols.status, cols.reward, strict=True) if s == 0 and r < threshold
+        )
+
+    def neighbors(self, position: int, query: RowQuery) -> Neighbors:
+        """Where the row at ``position`` sits in the rows list ``query`` shows (call with
+        :attr:`lock` held, after :meth:`refresh`)."""
+        return neighbors(
+            self.index,
+            query,
+            position,
+            self.queries,
+            self.entry.pass_threshold,
+            self.failed_prompt_matches,
+        )
+
+    def failed_prompt_matches(self, text: str) -> set[int]:
+        """Failed rollouts without a sample whose prompt, read back from the run's dataset,
+        holds ``text`` (any case): their prompt is in no line of the results file, yet a
+        search of prompts must find them (call with :attr:`lock` held)."""
+        from osmo_run.view.search import file_mentions, prompt_strings
+
+        manifest = self.entry.manifest
+        dataset = manifest.info.get("dataset_path") if manifest else None
+        if not isinstance(dataset, str) or not file_mentions(Path(dataset), text):
+            return set()  # the common case: no prompt holds it, no record is read
+        cols, needle = self.index.cols, text.casefold()
+        failed = [i for i in range(self.index.count) if cols.status[i] != 0]
+        found: set[int] = set()
+        for position, record in self.index.read_many(failed):
+            if not isinstance(record, dict) or isinstance(record.get("sample"), dict):
+                continue  # its messages, prompt included, are in the results file
+            row, _ = self._dataset_row(record)
+            if row is not None and any(needle in s.casefold() for s in prompt_strings(row.prompt)):
+                found.add(position)
+        return found
+
     def page(self, query: RowQuery) -> tuple[RowPage, list[RowLine]]:
-        page = run_query(self.index, query, self.queries)
+        page = run_query(
+            self.index,
+            query,
+            self.queries,
+            self.entry.pass_threshold,
+            self.failed_prompt_matches,
+        )
         return page, self.lines(page.positions)
 
     def lines(self, positions: list[int], with_search_text: bool = False) -> list[RowLine]:
@@ -217,6 +286,8 @@ class RunView:
                     tokens=_optional(tokens),
                     attempt=cols.attempt[position],
                     preview=preview(record),
+                    why=why_text(record),
+                    passing=passing(record, self.entry.pass_threshold),
                     search_text=_search_text(record) if with_search_text else "",
                 )
             )
@@ -294,7 +365,27 @@ class RunView:
             previews=previews,
             dataset_row=dataset_row,
             dataset_note=dataset_note,
+            why=why_text(record, full=True),
+            full_error=self._full_error(backend),
+            not_passing=record.get("status") == "success"
+            and passing(record, self.entry.pass_threshold) is False,
+            threshold=self.entry.pass_threshold,
         )
+
+    def _full_error(self, backend: Any) -> str | None:
+        """Where the row's full error text is (``backend.error_log``), relative to the run
+        directory; ``None`` without one or outside it."""
+        log = backend.get("error_log") if isinstance(backend, dict) else None
+        if not isinstance(log, str) or not log:
+            return None
+        root = self.entry.paths.directory
+        path = Path(log) if Path(log).is_absolute() else root / log
+        if not path.is_file():
+            return None
+        relative = relative_inside(root, path)
+        if relative is None or not self.served.allows(relative):
+            return None
+        return relative
 
     def _dataset_row(self, record: dict[str, Any]) -> tuple[DatasetRowView | None, str | None]:
         manifest = self.entry.manifest
@@ -350,6 +441,9 @@ class CompareView:
     largest: list[tuple[str, float | None, float | None, float]]
     histogram: charts.BarChart
     threshold: float
+    verdict: RegressionVerdict | None = None
+    """The regression gate's decision on pass rate at 0.05 (what ``osmo-run report A B
+    --fail-on-regression`` would say with its defaults)."""
 
 
 def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
@@ -357,7 +451,11 @@ def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
     threshold = a.pass_threshold
     diff = compare(LoadedRun(a.paths, a.manifest), LoadedRun(b.paths, b.manifest), threshold)
     largest = sorted(
-        ((n, ra, rb, (rb or 0.0) - (ra or 0.0)) for n, ra, rb in diff.reward_deltas),
+        (
+            (n, ra, rb, delta)
+            for n, ra, rb in diff.reward_deltas
+            if (delta := (rb or 0.0) - (ra or 0.0)) != 0.0
+        ),
         key=lambda item: abs(item[3]),
         reverse=True,
     )[:100]
@@ -369,12 +467,19 @@ def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
             charts.Bar(
                 f"{name} · B",
                 after,
-                f"{after:,} ({after - before:+d})",
+                f"{after:,} ({after - before:+d})"
+                if diff.rollouts[0] == diff.rollouts[1]
+                else error_change(diff, name).split(" -> ")[1],
                 links.run(b.key, category=name),
                 "bad",
             )
         )
-    return CompareView(a, b, diff, largest, chart, threshold)
+    verdict = (
+        regression_gate(diff.significance.passing, 0.05, 0.0)
+        if diff.significance is not None
+        else None
+    )
+    return CompareView(a, b, diff, largest, chart, threshold, verdict)
 
 
 def row_link(links: Links, key: str, row_id: str) -> str:

@@ -27,6 +27,9 @@ SORTS = {
     "category": "error category",
 }
 PER_PAGE = (25, 50, 100, 200)
+PASSING = ("no", "yes")
+"""The ``passing`` filter: ``no`` is a success rewarded below the run's pass threshold (a
+wrong answer: green in the status column, but not passing); ``yes`` is a pass."""
 NO_CATEGORY = "none"
 """The category filter's value for rows without an error category."""
 
@@ -67,6 +70,7 @@ class RowQuery:
     reward_min: float | None = None
     reward_max: float | None = None
     text: str = ""
+    passing: str | None = None
     sort: str = "line"
     descending: bool = False
     page: int = 1
@@ -89,6 +93,7 @@ class RowQuery:
             reward_min=_float(params, "reward_min"),
             reward_max=_float(params, "reward_max"),
             text=params.get("q", "").strip()[:200],
+            passing=_choice(params, "passing", PASSING),
             sort=_choice(params, "sort", tuple(SORTS)) or "line",
             descending=params.get("order", "") == "desc",
             page=int(page_text),
@@ -99,7 +104,14 @@ class RowQuery:
     def filtered(self) -> bool:
         return any(
             v is not None
-            for v in (self.status, self.category, self.phase, self.reward_min, self.reward_max)
+            for v in (
+                self.status,
+                self.category,
+                self.phase,
+                self.reward_min,
+                self.reward_max,
+                self.passing,
+            )
         ) or bool(self.text)
 
     def params(self, **changes: object) -> dict[str, str]:
@@ -112,6 +124,7 @@ class RowQuery:
             "reward_min": "" if query.reward_min is None else f"{query.reward_min:g}",
             "reward_max": "" if query.reward_max is None else f"{query.reward_max:g}",
             "q": query.text,
+            "passing": query.passing or "",
             "sort": "" if query.sort == "line" else query.sort,
             "order": "desc" if query.descending else "",
             "page": "" if query.page == 1 else str(query.page),
@@ -182,9 +195,27 @@ class QueryCache:
         return value
 
 
-def run_query(index: RowIndex, query: RowQuery, cache: QueryCache | None = None) -> RowPage:
-    """The page of ``query`` over ``index`` (which the caller has refreshed)."""
+TextSearch = Callable[[str], set[int]]
+"""More positions a free text matches, beyond the results file's own text (failed
+rollouts' prompts, read back from the dataset)."""
+
+
+def run_query(
+    index: RowIndex,
+    query: RowQuery,
+    cache: QueryCache | None = None,
+    threshold: float = 1.0,
+    more_text: TextSearch | None = None,
+) -> RowPage:
+    """The page of ``query`` over ``index`` (which the caller has refreshed); ``threshold``
+    is the run's pass threshold (the ``passing`` filter), ``more_text`` adds to what free
+    text matches. A page past the last is the
+    last (``?page=2001`` of 2000 showed "page 2001 of 2000" and an empty table)."""
     count = index.count
+    if not query.filtered and query.sort == "line":
+        last = max(1, -(-count // query.per_page))
+        if query.page > last:
+            query = replace(query, page=last)
     start = (query.page - 1) * query.per_page
     if not query.filtered and query.sort == "line":
         # The common case, and the one that must not grow with the run: a slice.
@@ -195,11 +226,12 @@ def run_query(index: RowIndex, query: RowQuery, cache: QueryCache | None = None)
         else:
             positions = list(range(start, min(start + query.per_page, count)))
         return RowPage(positions, count, query.page, max(1, -(-count // query.per_page)))
-    # the page and its size do not change which rows match: paging reuses the matches
-    filters = {k: v for k, v in vars(query).items() if k not in {"page", "per_page"}}
-    key = (index.generation, count, *filters.values())
-    matches = (cache or QueryCache(0)).get(key, lambda: _matching(index, query))
+    matches = _cached_matches(index, query, cache, threshold, more_text)
     total = len(matches)
+    last = max(1, -(-total // query.per_page))
+    if query.page > last:
+        query = replace(query, page=last)
+        start = (query.page - 1) * query.per_page
     return RowPage(
         matches[start : start + query.per_page],
         total,
@@ -208,11 +240,84 @@ def run_query(index: RowIndex, query: RowQuery, cache: QueryCache | None = None)
     )
 
 
-def _matching(index: RowIndex, query: RowQuery) -> list[int]:
+def _cached_matches(
+    index: RowIndex,
+    query: RowQuery,
+    cache: QueryCache | None,
+    threshold: float,
+    more_text: TextSearch | None = None,
+) -> list[int]:
+    """The positions ``query`` matches, in its order; the page and its size do not change
+    which rows match, so paging (and a row page's neighbours) reuse them."""
+    filters = {k: v for k, v in vars(query).items() if k not in {"page", "per_page"}}
+    key = (index.generation, index.count, *filters.values(), threshold)
+    return (cache or QueryCache(0)).get(key, lambda: _matching(index, query, threshold, more_text))
+
+
+@dataclass(frozen=True)
+class Neighbors:
+    """A row's place in a rows list: the rows before and after it there, its 1-based
+    place (``None`` when the list does not hold it), the list's length and the list page
+    holding it."""
+
+    previous: int | None
+    next: int | None
+    place: int | None
+    total: int
+    page: int
+
+
+def neighbors(
+    index: RowIndex,
+    query: RowQuery,
+    position: int,
+    cache: QueryCache | None = None,
+    threshold: float = 1.0,
+    more_text: TextSearch | None = None,
+) -> Neighbors:
+    """Where ``position`` is in the list ``query`` shows (its filters and sort; its page
+    is ignored), so a row page's previous and next follow the list it was opened from."""
+    count = index.count
+    if not query.filtered and query.sort == "line":
+        if not 0 <= position < count:
+            return Neighbors(None, None, None, count, query.page)
+        step = -1 if query.descending else 1
+        before, after = position - step, position + step
+        place = (count - position) if query.descending else position + 1
+        return Neighbors(
+            before if 0 <= before < count else None,
+            after if 0 <= after < count else None,
+            place,
+            count,
+            (place - 1) // query.per_page + 1,
+        )
+    matches = _cached_matches(index, query, cache, threshold, more_text)
+    try:
+        at = matches.index(position)
+    except ValueError:
+        return Neighbors(None, None, None, len(matches), query.page)
+    return Neighbors(
+        matches[at - 1] if at > 0 else None,
+        matches[at + 1] if at + 1 < len(matches) else None,
+        at + 1,
+        len(matches),
+        at // query.per_page + 1,
+    )
+
+
+def _matching(
+    index: RowIndex,
+    query: RowQuery,
+    threshold: float = 1.0,
+    more_text: TextSearch | None = None,
+) -> list[int]:
     cols = index.cols
     candidates: Sequence[int] = range(index.count)
     if query.text:
-        candidates = sorted(matching_positions(index, query.text))
+        found = matching_positions(index, query.text)
+        if more_text is not None:
+            found |= more_text(query.text)
+        candidates = sorted(found)
     if query.status is not None:
         code = STATUSES.index(query.status)
         candidates = [i for i in candidates if cols.status[i] == code]
@@ -233,6 +338,17 @@ def _matching(index: RowIndex, query: RowQuery) -> list[int]:
     if query.reward_max is not None:
         high = query.reward_max
         candidates = [i for i in candidates if cols.reward[i] <= high]
+    if query.passing is not None:
+        success = STATUSES.index("success")
+        passed = [cols.status[i] == success and cols.reward[i] >= threshold for i in candidates]
+        if query.passing == "yes":
+            candidates = [i for i, ok in zip(candidates, passed, strict=True) if ok]
+        else:  # a wrong answer: succeeded, rewarded, below the threshold (NaN: not graded)
+            candidates = [
+                i
+                for i, ok in zip(candidates, passed, strict=True)
+                if not ok and cols.status[i] == success and cols.reward[i] == cols.reward[i]
+            ]
     if query.sort == "line":
         ordered = list(candidates)
         if query.descending:

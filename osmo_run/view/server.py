@@ -12,6 +12,7 @@ Routes, all read-only (GET):
     /runs/{key}/find?row=&sample=   redirect to a row page by row id (the compare page's links)
     /runs/{key}/files/{path}        a file the run recorded (see served.py; 404 for anything else)
     /compare?a=KEY&b=KEY            two runs of one dataset compared
+    /compare/row?a=&b=&row=&sample= one row's transcripts in A and in B, side by side
     /static/...                     the stylesheet and the page script
 
 Handlers are plain functions, which Starlette runs in its thread pool; each run's index is
@@ -77,8 +78,11 @@ class ServerLinks:
         base = f"/runs/{quote(key)}"
         return (query or RowQuery()).url(base, **changes) + ("#rows" if changes else "")
 
-    def row(self, key: str, position: int) -> str:
-        return f"/runs/{quote(key)}/rows/{position}"
+    def row(self, key: str, position: int, query: RowQuery | None = None) -> str:
+        """A row page; with ``query``, the rows list it was opened from (its filters, sort
+        and page), which the page's back, previous and next links follow."""
+        base = f"/runs/{quote(key)}/rows/{position}"
+        return query.url(base) if query is not None else base
 
     def file(self, key: str, relative: str) -> str | None:
         return f"/runs/{quote(key)}/files/{quote(relative)}"
@@ -112,6 +116,7 @@ class _SavedSummary:
         self.by_status = dict(data.get("by_status") or {})
         self.mean_reward_all = (data.get("reward") or {}).get("mean_all")
         self.pass_rate = (data.get("pass") or {}).get("rate")
+        self.graded = int(data.get("graded") or 0)
 
 
 class Viewer:
@@ -307,13 +312,22 @@ class _Handlers:
         return _state_response(self._runs_state())
 
     def _runs_state(self) -> str:
-        """What the runs list shows that changes as runs are written (see :func:`_state_text`)."""
-        return _state_text(
-            {
-                key: {"count": view.index.count, "state": view.entry.state()}
-                for key, view in list(self.viewer.views.items())
-            }
-        )
+        """What the runs list shows that changes as runs are written (see :func:`_state_text`):
+        each indexed run's index is brought up to date first (a poll that read the index as
+        the list left it saw no change while a run wrote, so the list froze until it
+        finished). A run not indexed yet is not indexed here: the list shows its saved
+        summary, and indexing a large finished run on every poll would stall the list."""
+        state: dict[str, Any] = {}
+        for key, view in list(self.viewer.views.items()):
+            if view.ready.is_set():
+                with view.lock:
+                    view.refresh()
+                    count = view.index.count
+            else:
+                count = view.index.count
+            entry = view.entry
+            state[key] = {"count": count, "state": entry.state(), "started": _when(entry.started)}
+        return _state_text(state)
 
     def get_view(self, request: Request) -> RunView | None:
         return self.viewer.views.get(request.path_params["key"])
@@ -375,14 +389,24 @@ class _Handlers:
         if not viewer.wait_ready(view):
             return RedirectResponse(f"/runs/{quote(view.entry.key)}", status_code=303)
         position = request.path_params["position"]
+        try:
+            query = RowQuery.parse(request.query_params)
+        except QueryError:
+            query = RowQuery()  # a hand-edited list context: the whole run's order
         with view.lock:
             view.refresh()
             detail = view.detail(position)
-            count = view.index.count
+            near = view.neighbors(position, query)
         if detail is None:
             return _not_found(f"run {view.entry.name} has no row at position {position}")
         return _page(
-            "row.html", d=detail, entry=view.entry, key=view.entry.key, count=count, links=LINKS
+            "row.html",
+            d=detail,
+            entry=view.entry,
+            key=view.entry.key,
+            near=near,
+            query=query,
+            links=LINKS,
         )
 
     def find_row(self, request: Request) -> Response:
@@ -466,6 +490,27 @@ class _Handlers:
         context["c"] = compare_runs(a, b, LINKS)
         return _page("compare.html", **context)
 
+    def compare_row(self, request: Request) -> Response:
+        """One row of two runs side by side: its result, why, and transcript in each."""
+        viewer = self.viewer
+        a = viewer.catalog.get(request.query_params.get("a", ""))
+        b = viewer.catalog.get(request.query_params.get("b", ""))
+        row_id = request.query_params.get("row", "")
+        sample_text = request.query_params.get("sample", "0")
+        sample = int(sample_text) if sample_text.isdigit() else 0
+        if a is None or b is None or not row_id:
+            return _not_found("give two runs of this viewer (a, b) and a row id (row)")
+        sides = []
+        for entry in (a, b):
+            view = viewer.views[entry.key]
+            viewer.wait_ready(view)
+            with view.lock:
+                view.refresh()
+                position = view.find(row_id, sample)
+                detail = view.detail(position) if position is not None else None
+            sides.append((entry, detail))
+        return _page("compare_row.html", sides=sides, row_id=row_id, sample=sample, links=LINKS)
+
 
 def _first_bad_record(view: RunView) -> BadLine | None:
     """The first line of ``view``'s run that is JSON but not a record (``osmo-run report``'s
@@ -483,6 +528,7 @@ def create_app(viewer: Viewer, trusted_hosts: list[str] | None = None) -> Starle
         Route("/", pages.runs),
         Route("/state", pages.all_state),
         Route("/compare", pages.compare_page),
+        Route("/compare/row", pages.compare_row),
         Route("/runs/{key}", pages.run_page),
         Route("/runs/{key}/state", pages.run_state),
         Route("/runs/{key}/rows/{position:int}", pages.row_page),

@@ -2,9 +2,12 @@
 tool calls an assistant made (with pretty-printed arguments) and, on a tool message, which
 call it answers.
 
-Messages are model output: nothing here is trusted. Text stays text (the templates escape
-it); an image is shown only from a ``data:`` URL of a raster type, so a transcript can
-never make the browser fetch anything.
+Messages are model output: nothing here is trusted. A message's text is rendered as
+Markdown by markdown-it-py (a maintained CommonMark parser) with raw HTML off, so any
+markup in it comes out escaped, as text; links it allows are http(s) and mail only, and
+Markdown images are off (the page's CSP would block them anyway). Tool output stays text
+(monospaced). An image part is shown only from a ``data:`` URL of a raster type, so a
+transcript can never make the browser fetch anything.
 """
 
 from __future__ import annotations
@@ -12,10 +15,38 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
+
+from markupsafe import Markup
 
 _DATA_IMAGE = re.compile(r"data:image/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]+")
 _KNOWN_KEYS = {"role", "content", "tool_calls", "tool_call_id", "name"}
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
+"""Message keys holding a model's reasoning: shown collapsed, apart from the answer."""
+_FOLD_CHARS = 1500
+_FOLD_LINES = 25
+_FOLD_TOOL_LINES = 12
+"""Longer turns (tool results sooner) are collapsed behind their first line."""
+_SAFE_LINK = re.compile(r"(?:https?:|mailto:|#)", re.IGNORECASE)
+
+
+@cache
+def _markdown() -> Any:
+    from markdown_it import MarkdownIt
+
+    parser = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    parser.enable("table").enable("strikethrough")
+    parser.disable("image")
+    # markdown-it's documented hook for which link targets to keep (stricter than its
+    # default, which keeps any scheme but javascript:, vbscript:, file: and most data:)
+    parser.validateLink = lambda url: bool(_SAFE_LINK.match(url.strip()))  # type: ignore[method-assign]
+    return parser
+
+
+def markdown_html(text: str) -> Markup:
+    """``text`` rendered as Markdown, raw HTML off: every ``<`` of the text is escaped."""
+    return Markup(_markdown().render(text).strip())
 
 
 @dataclass
@@ -23,6 +54,8 @@ class Part:
     kind: str
     """``text``, ``image`` (``text`` is then a ``data:`` URL) or ``json``."""
     text: str
+    html: Markup | None = None
+    """The text rendered as Markdown (message text, not tool output)."""
 
 
 @dataclass
@@ -44,7 +77,11 @@ class Turn:
     """... and that call's function name, when an earlier turn made it."""
     name: str | None = None
     extra: str | None = None
-    """Other keys of the message (``reasoning_content``, ...), as JSON."""
+    """Other keys of the message with a value, as JSON (empty ones are left out)."""
+    reasoning: str | None = None
+    """The model's reasoning (``reasoning_content`` and the like), shown collapsed."""
+    fold: str | None = None
+    """For a long turn: the line shown while it is collapsed."""
 
 
 def pretty_json(value: Any) -> str:
@@ -125,11 +162,36 @@ def transcript(messages: Any) -> list[Turn]:
         if message.get("tool_call_id") is not None:
             turn.answers = str(message["tool_call_id"])
             turn.answers_name = names.get(turn.answers)
-        extra = {k: v for k, v in message.items() if k not in _KNOWN_KEYS}
+        reasoning = [message.get(k) for k in _REASONING_KEYS]
+        texts = [r if isinstance(r, str) else pretty_json(r) for r in reasoning if r]
+        turn.reasoning = "\n\n".join(texts) or None
+        extra = {
+            k: v
+            for k, v in message.items()
+            if k not in _KNOWN_KEYS and k not in _REASONING_KEYS and v not in (None, "", [], {})
+        }
         if extra:
             turn.extra = pretty_json(extra)
+        if turn.role != "tool":
+            for part in turn.parts:
+                if part.kind == "text":
+                    part.html = markdown_html(part.text)
+        turn.fold = _fold_line(turn)
         turns.append(turn)
     return turns
+
+
+def _fold_line(turn: Turn) -> str | None:
+    """The line a long turn shows while collapsed, or ``None`` for a short one."""
+    text = "\n".join(p.text for p in turn.parts if p.kind != "image")
+    text += "".join(c.arguments for c in turn.tool_calls)
+    lines = text.count("\n") + 1
+    limit = _FOLD_TOOL_LINES if turn.role == "tool" else _FOLD_LINES
+    if len(text) <= _FOLD_CHARS and lines <= limit:
+        return None
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = first if len(first) <= 120 else first[:119] + "…"
+    return f"{first} — {lines:,} lines, {len(text):,} characters: show all"
 
 
 def preview(record: dict[str, Any], limit: int = 140) -> str:

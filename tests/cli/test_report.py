@@ -236,7 +236,9 @@ def test_compare_counts_rows_found_in_one_run_only(
     assert "4 in both · 2 only in A · 0 only in B" in proc.stdout
     assert re.search(r"now passing\s+0\s", proc.stdout), proc.stdout
     assert re.search(r"now failing\s+0\s", proc.stdout), proc.stdout
-    assert re.search(r"validation_error\s+1 -> 0\s+\(-1\)", proc.stdout), proc.stdout
+    # 6 rollouts in A, 4 in B: rates, not counts
+    out = " ".join(proc.stdout.split())
+    assert "validation_error 1 of 6 (16.7%) -> 0 of 4 (0.0%) (-16.7 points)" in out, out
 
 
 def test_compare_runs_with_different_sample_counts_row_by_row_over_all_samples(

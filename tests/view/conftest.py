@@ -51,6 +51,11 @@ def dataset_rows() -> list[dict[str, Any]]:
         }
         for i in range(12)
     ]
+    rows[1]["metadata"].update(
+        say="The answer is **3**.\n\n```\n1 + 2 = 3\n```\n\n[docs](javascript:alert(1))",
+        reasoning="First I add 1 and 2.",
+        long_tool=40,
+    )
     rows += [
         {
             "id": "markup",

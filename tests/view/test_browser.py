@@ -98,6 +98,113 @@ def test_row_page_shows_the_transcript_as_a_conversation(viewer: Viewer, page: A
     assert page.locator("#attempts tbody tr").count() == 2  # two earlier tries, then this one
 
 
+def test_the_why_column_finds_a_wrong_answer_in_one_click(viewer: Viewer, page: Any) -> None:
+    """A wrong answer is a green ``success`` row with reward below the pass threshold: it is
+    marked "not passing", one click on the status chart lists such rows, and the grader's
+    reason stands beside the result in the table and at the top of the row page."""
+    open_run(page, viewer, "a")
+    page.click("#chart-status .bar-row[data-label='not passing']")
+    page.wait_for_load_state("load")
+    shown = rows_shown(page)
+    assert shown and all(r["status"] == "success" for r in shown)
+    assert [r["id"] for r in shown][:2] == ["ok-01", "ok-02"]  # rewards 0.5 and 0
+    assert "not passing" in page.inner_text("#rows-table tbody tr:first-child")
+    why = page.inner_text("#rows-table tbody tr:first-child td.why")
+    assert why == "the answer is not the label: reward 0.5 · label: 3"
+    assert page.locator("select[name=passing]").input_value() == "no"
+    screenshot(page, "why")
+
+    page.click("a.row-link:text-is('ok-02')")
+    page.wait_for_selector("#row-why")
+    top = page.inner_text("#row-why")
+    assert "not passing" in top and "the answer is not the label: reward 0 · label: 4" in top
+    box = page.locator("#row-why").bounding_box()
+    assert box is not None and box["y"] < 400  # beside the result, not under the transcript
+
+    open_run(page, viewer, "a")
+    failed = page.inner_text("#rows-table tr:has(a.row-link:text-is('boom')) td.why")
+    assert failed.startswith("agent_error: ")
+
+
+def test_keyboard_and_row_pages_stay_in_the_filtered_list(viewer: Viewer, page: Any) -> None:
+    """From a filtered list, a row page's previous/next follow that list, and back (or Esc)
+    returns to it with its filters; j/k and Enter open rows, "/" searches, a search with
+    no result says so, forms leave empty fields out of the URL, and a page past the last
+    shows the last."""
+    open_run(page, viewer, "a")
+    page.click("#quick-not-passing")
+    page.wait_for_load_state("load")
+    assert page.url.endswith("?passing=no#rows")
+    listed = [r["id"] for r in rows_shown(page)]
+    assert len(listed) == 8  # rewards 0.5 and 0 of ok-00..ok-11
+
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#row-place")
+    assert page.inner_text("h1") == listed[1]
+    assert page.inner_text("#row-place") == "2 of 8 matching"
+    page.keyboard.press("ArrowRight")
+    page.wait_for_load_state("load")
+    assert page.inner_text("h1") == listed[2]  # the next in the list, not in the file
+    page.click("#next-row")
+    page.wait_for_load_state("load")
+    assert page.inner_text("h1") == listed[3]
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#rows-table")
+    assert "passing=no" in page.url
+    assert page.inner_text("#match-count").startswith("8 of 16 rollouts match")
+
+    page.keyboard.press("/")
+    page.keyboard.type("no such text anywhere")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#no-match")
+    assert "no rows match the search “no such text anywhere”" in page.inner_text("#no-match")
+    query = page.url.split("?", 1)[1].split("#")[0]
+    assert sorted(p.split("=")[0] for p in query.split("&")) == ["passing", "q"]
+
+    page.goto(page.url.split("?")[0] + "?page=99")
+    assert page.inner_text("#match-count").endswith("page 1 of 1")
+    assert len(rows_shown(page)) == 16
+
+
+def test_a_transcript_reads_as_a_conversation_markdown_folded_and_numbered(
+    viewer: Viewer, page: Any
+) -> None:
+    """Markdown rendered (raw HTML stays off: see the markup payload test), tool output
+    monospaced and a long one collapsed, reasoning collapsed, empty fields left out, turns
+    numbered, a tool turn's header naming its call once, timings in units."""
+    open_run(page, viewer, "a")
+    page.click("a.row-link:text-is('ok-01')")
+    page.wait_for_selector("#transcript")
+    answer = "#transcript .turn.assistant:last-child .text.md"
+    assert page.inner_text(f"{answer} strong") == "3"
+    assert page.inner_text(f"{answer} pre code").strip() == "1 + 2 = 3"
+    assert page.locator(f"{answer} a").count() == 0  # a javascript: link stays text
+    who = page.inner_text("#transcript .turn.tool .who")
+    assert (
+        who.lower().startswith("#4 tool · result of calculator")
+        and who.lower().count("calculator") == 1
+    )
+    fold = page.locator("#transcript .turn.tool details.fold")
+    assert fold.count() == 1 and fold.get_attribute("open") is None
+    assert "40 lines" in page.inner_text("#transcript .turn.tool summary")
+    page.click("#transcript .turn.tool summary")
+    output = page.locator("#transcript .turn.tool pre.tool-output")
+    assert output.is_visible() and "line 39" in output.inner_text()
+    family = output.evaluate("e => getComputedStyle(e).fontFamily")
+    assert "mono" in family.lower()
+    reasoning = page.locator("#transcript details.reasoning")
+    assert reasoning.count() == 1 and reasoning.get_attribute("open") is None
+    assert "First I add" not in reasoning.inner_text()  # collapsed: its summary shows
+    page.click("#transcript details.reasoning summary")
+    assert "First I add" in reasoning.inner_text()
+    assert page.locator("#transcript details:has-text('more fields')").count() == 0
+    timings = page.inner_text(".card:has(h3:text-is('timings'))")
+    assert "e-0" not in timings and ("ms" in timings or "µs" in timings)
+    screenshot(page, "transcript")
+
+
 def test_a_markup_payload_renders_as_text(viewer: Viewer, page: Any) -> None:
     open_run(page, viewer, "a")
     previews = page.eval_on_selector_all("td.preview", "cells => cells.map(c => c.textContent)")
@@ -134,10 +241,33 @@ def test_compare_view_lists_what_changed_with_links(viewer: Viewer, page: Any, r
     page.click("form button[type=submit]")
     page.wait_for_selector("#now-passing")
     assert page.inner_text("#compare-rows").startswith("16 in both")
-    passing = page.eval_on_selector_all("#now-passing a", "as => as.map(a => a.textContent)")
-    failing = page.eval_on_selector_all("#now-failing a", "as => as.map(a => a.textContent)")
+    passing = page.eval_on_selector_all(
+        "#now-passing a:not(.side-link)", "as => as.map(a => a.textContent)"
+    )
+    failing = page.eval_on_selector_all(
+        "#now-failing a:not(.side-link)", "as => as.map(a => a.textContent)"
+    )
     assert passing == ["ok-02"] and failing == ["ok-03"]
     assert page.locator("#chart-compare .bar-row[data-label='agent_error · B']").count() == 1
+    test = page.inner_text("#compare-test")
+    assert "pass rate" in test and "exact McNemar: 1 rows now failing, 1 now passing" in test
+    assert "mean reward" in test and "95 % CI" in test
+
+    # a row's transcripts in A and B, side by side
+    page.click("#now-failing a.side-link")
+    page.wait_for_selector("#side-by-side")
+    assert page.inner_text("h1").startswith("ok-03")
+    assert page.locator("#side-a #transcript, #side-a .transcript .turn").count() == 5
+    assert "failure" in page.inner_text("#side-b") and "fails in this run" in page.inner_text(
+        "#side-b .why"
+    )
+    left = page.locator("#side-a").bounding_box()
+    right = page.locator("#side-b").bounding_box()
+    assert left is not None and right is not None and left["x"] < right["x"]
+    assert abs(left["y"] - right["y"]) < 2  # beside each other, not one under the other
+    screenshot(page, "compare-row")
+    page.go_back()
+    page.wait_for_selector("#now-failing")
     screenshot(page, "compare")
 
     page.click("#now-failing a")
@@ -184,6 +314,51 @@ def test_a_run_being_written_updates_without_reloading(
         page.wait_for_selector("#bad-lines")
         assert "line 11: not JSON" in page.inner_text("#bad-lines")
         assert page.locator("#pending-line").count() == 0
+    finally:
+        server.stop()
+
+
+def test_the_runs_list_and_run_page_follow_a_live_run_until_it_finishes(
+    runs: Runs, tmp_path: Path, page: Any
+) -> None:
+    """The runs list's counts grow while a run writes (its poll used to read an index it
+    never refreshed, so the list stayed at the first count until the run finished), and a
+    run page's title badge turns from "live" to "finished" without a reload."""
+    source = runs.a / "results.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    live = tmp_path / "live"
+    live.mkdir()
+    shutil.copyfile(runs.a / "results.manifest.json", live / "results.manifest.json")
+    results = live / "results.jsonl"
+    results.write_text("".join(lines[:5]), encoding="utf-8")
+    server = start_viewer(live, cwd=tmp_path)
+
+    def rollouts_in_list() -> str:
+        return str(page.inner_text("#runs-table tbody tr td:nth-child(6)")).split("/")[0].strip()
+
+    try:
+        page.goto(server.url + "/")
+        wait_until(lambda: rollouts_in_list() == "5", LIVE_SEC, "5 rollouts in the list")
+        page.evaluate("window.__same_page = true")
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[5:9]))
+        wait_until(lambda: rollouts_in_list() == "9", LIVE_SEC, "9 rollouts in the list")
+        assert "live" in page.inner_text("#runs-table")
+        assert page.evaluate("window.__same_page") is True
+
+        page.click("a.run-link")
+        page.wait_for_selector("#rows-table")
+        assert page.inner_text("h1 .badge") == "live"
+        page.evaluate("window.__same_page = true")
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[9:]))
+        shutil.copyfile(runs.a / "results.summary.json", live / "results.summary.json")
+        wait_until(lambda: page.inner_text("h1 .badge") == "finished", LIVE_SEC, "finished")
+        assert page.inner_text("#match-count").startswith("16 of 16")
+        assert page.evaluate("window.__same_page") is True
+        page.go_back()
+        wait_until(lambda: "finished" in page.inner_text("#runs-table"), LIVE_SEC, "finished")
+        assert rollouts_in_list() == "16"
     finally:
         server.stop()
 

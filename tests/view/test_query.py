@@ -95,3 +95,79 @@ def test_links_keep_the_query_and_flip_the_sort() -> None:
     )
     assert query.sort_url("/runs/k", "reward") == "/runs/k?category=timeout&sort=reward"
     assert math.isclose(RowQuery.parse({"reward_min": "0.5"}).reward_min or 0, 0.5)
+
+
+def test_the_passing_filter_lists_successes_below_the_pass_threshold(index: RowIndex) -> None:
+    """``passing=no`` is a wrong answer: a success rewarded below the threshold (never a
+    failure, which has its own filter, nor a success without a reward)."""
+
+    def reward_and_status(row_id: str) -> tuple[float | None, str]:
+        record = index.read(int(row_id[1:]))
+        return record.get("reward"), record["status"]
+
+    wrong = ids(index, passing="no")
+    assert wrong
+    for row_id in wrong:
+        reward, status = reward_and_status(row_id)
+        assert status == "success" and reward is not None and reward < 1.0
+    passed = ids(index, passing="yes")
+    assert passed and all(reward_and_status(r) == (1.0, "success") for r in passed)
+    strict = run_query(index, RowQuery.parse({"passing": "no", "per_page": "200"}), None, 0.5)
+    assert len(strict.positions) < len(wrong)  # a lower threshold: fewer wrong answers
+    with pytest.raises(QueryError, match="passing: 'maybe' is not one of no, yes"):
+        RowQuery.parse({"passing": "maybe"})
+
+
+def test_text_inside_tool_call_arguments_is_found_as_written_not_json_escaped(
+    tmp_path: Path,
+) -> None:
+    """Tool-call arguments are a JSON text inside the record (``json.dumps`` escapes
+    non-ASCII as ``\\u00fc``): a search for what the model wrote must find it."""
+    import json
+
+    row = records.record(0)
+    arguments = json.dumps({"query": 'ünï ✓ "quoted"'})  # ASCII-escaped, as most SDKs do
+    assert "\\u00fc" in arguments
+    row["sample"]["messages"].append(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "grep_files", "arguments": arguments},
+                }
+            ],
+        }
+    )
+    built = RowIndex(records.write(tmp_path / "results.jsonl", [row, records.record(1)]))
+    built.refresh()
+    assert ids(built, q="ünï ✓") == ["r00000"]
+    assert ids(built, q="ÜNÏ") == ["r00000"]
+    assert ids(built, q='ï ✓ "quoted"') == ["r00000"]
+    assert ids(built, q="\\u00fc") == []  # the escape is not what anyone wrote
+
+
+def test_a_page_past_the_last_is_the_last_filtered_or_not(index: RowIndex) -> None:
+    whole = run_query(index, RowQuery.parse({"page": "2001"}), QueryCache())
+    assert (whole.page, whole.pages) == (2, 2) and len(whole.positions) == 11
+    failed = run_query(index, RowQuery.parse({"status": "failure", "page": "9"}), QueryCache())
+    assert (failed.page, failed.pages) == (1, 1) and failed.positions
+
+
+def test_neighbors_follow_the_filtered_sorted_list(index: RowIndex) -> None:
+    from osmo_run.view.query import neighbors
+
+    query = RowQuery.parse({"status": "failure", "sort": "reward", "per_page": "25"})
+    listed = run_query(index, query, QueryCache()).positions
+    near = neighbors(index, query, listed[1], QueryCache())
+    assert (near.previous, near.next, near.place, near.total) == (
+        listed[0],
+        listed[2],
+        2,
+        len(listed),
+    )
+    assert neighbors(index, query, 0, QueryCache()).place is None  # r00000 is a success
+    plain = neighbors(index, RowQuery.parse({"order": "desc"}), 10)
+    assert (plain.previous, plain.next, plain.place) == (11, 9, 51)

@@ -239,3 +239,109 @@ def test_compare_links_a_row_whose_id_ends_in_a_tilde_number_to_that_row(
         assert found.status_code in (302, 303, 307), found.text
         row = client.get(found.headers["location"]).text
         assert "q~3" in row
+
+
+def _live_copy(runs: Runs, folder: Path, rows: int, results_name: str = "results.jsonl") -> Path:
+    """A run being written under ``folder``: run a's manifest and its first ``rows`` lines."""
+    folder.mkdir(parents=True)
+    stem = results_name.removesuffix(".jsonl")
+    shutil.copyfile(runs.a / "results.manifest.json", folder / f"{stem}.manifest.json")
+    lines = (runs.a / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    results = folder / results_name
+    results.write_text("".join(lines[:rows]), encoding="utf-8")
+    return results
+
+
+def test_the_runs_list_state_follows_rows_appended_to_a_live_run(
+    runs: Runs, tmp_path: Path
+) -> None:
+    """The runs list polls /state and refreshes while it differs from what it shows: /state
+    must see rows appended since (it read an index nothing refreshed, so the list froze)."""
+    results = _live_copy(runs, tmp_path / "live", 5)
+    viewer = Viewer(Catalog.open([tmp_path / "live"]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        page = client.get("/").text
+        shown = page.split('data-shown-state="')[1].split('"')[0].replace("&#34;", '"')
+        assert client.get("/state").text == shown  # nothing changed: no refresh
+        lines = (runs.a / "results.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+        with open(results, "a", encoding="utf-8") as out:
+            out.write("".join(lines[5:9]))
+        state = json.loads(client.get("/state").text)
+        assert [v["count"] for v in state.values()] == [9]
+        assert client.get("/state").text != shown
+        assert '<td class="num">9<span class="muted"> / 16' in client.get("/").text
+
+
+def test_a_run_started_again_with_overwrite_shows_its_new_start(runs: Runs, tmp_path: Path) -> None:
+    _live_copy(runs, tmp_path / "run", 16)
+    viewer = Viewer(Catalog.open([tmp_path / "run"]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        manifest_path = tmp_path / "run" / "results.manifest.json"
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest["info"]["written_at"] = "2031-02-03T04:05:06+00:00"
+        manifest_path.write_text(json.dumps(manifest), encoding="utf-8")  # --overwrite's
+        assert "2031-02-03 04:05" in client.get("/").text
+
+
+def test_a_run_written_to_an_output_without_extension_is_found(runs: Runs, tmp_path: Path) -> None:
+    """``--output DIR/example`` writes ``example`` and ``example.manifest.json``."""
+    _live_copy(runs, tmp_path / "runs" / "x", 16, results_name="example")
+    catalog = Catalog.open([tmp_path / "runs"])
+    assert [e.paths.results.name for e in catalog.runs.values()] == ["example"]
+
+
+def test_a_run_without_a_grader_says_no_grader_not_reward_zero(tmp_path: Path) -> None:
+    results = records.write(
+        tmp_path / "nograder" / "results.jsonl",
+        [records.record(i, reward=None) for i in range(4)],
+    )
+    viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        listing = client.get("/").text
+        assert 'no-grader" colspan="2">no grader</td>' in listing
+        key = key_of(client)
+        page = client.get(f"/runs/{key}").text
+        assert page.count('<span class="no-grader">no grader</span>') == 2
+        assert "0.0 %" not in page
+        assert '<td class="why">no grader</td>' in page
+
+
+def test_compare_with_three_samples_per_row_lists_no_unchanged_row_and_uses_rates(
+    runs: Runs, tmp_path: Path
+) -> None:
+    """B is run a with every row sampled three times, each sample as a's one: nothing
+    changed. The page listed unchanged rows as changes (None -> 0.0), did not name the
+    samples per row, and compared raw error counts (4 -> 12); it now shows rates and the
+    paired test, which cannot tell anything from noise."""
+    folder = tmp_path / "runs"
+    shutil.copytree(runs.a, folder / "a")
+    (folder / "b").mkdir()
+    manifest = json.loads((runs.a / "results.manifest.json").read_text(encoding="utf-8"))
+    manifest["defining"]["samples_per_row"] = 3
+    (folder / "b" / "results.manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    tripled = []
+    for text in (runs.a / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        record = json.loads(text)
+        for sample in range(3):
+            tripled.append({**record, "sample_index": sample})
+    records.write(folder / "b" / "results.jsonl", tripled)
+    viewer = Viewer(Catalog.open([folder]), tmp_path / "cache")
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
+        keys = sorted(viewer.catalog.runs, key=lambda k: str(viewer.catalog.runs[k].paths))
+        page = client.get(f"/compare?a={keys[0]}&b={keys[1]}").text
+        assert "no reward changed" in page and 'id="reward-deltas"' not in page
+        assert 'id="compare-samples">A 1 · B 3' in page
+        assert 'id="compare-rollouts">A 16 · B 48' in page
+        assert "1 of 48 (2.1%)" not in page and "3 of 48 (6.2%) (+0.0 points)" in page
+        assert "(+2)" not in page  # rate_limit 1 -> 3 is no change
+        assert 'data-metric="pass rate"' in page and "cannot tell that from noise" not in page
+        assert "within --max-regression 0" in page
+
+
+def test_a_search_finds_failed_rollouts_by_their_prompt(client: TestClient) -> None:
+    """A failed rollout has no sample: its prompt is only in the dataset, which the search
+    reads back (the README says prompts are searched)."""
+    key = key_of(client)
+    page = client.get(f"/runs/{key}?q=FAIL&per_page=200").text
+    shown = sorted(p.split('"')[0] for p in page.split('data-row="')[1:])
+    assert shown == ["bad-value", "boom", "limited"]

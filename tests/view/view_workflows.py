@@ -2,7 +2,9 @@
 with a tool call and its result, model usage, artifact files (text and a PNG), rewards
 taken from the row, and failures of several categories, all steered by a row's metadata.
 
-``metadata.say`` is what the assistant answers (the markup payload rows put HTML there),
+``metadata.say`` is what the assistant answers (the markup payload rows put HTML there,
+another Markdown), ``metadata.reasoning`` its reasoning (``None`` otherwise, as SDKs write
+it), ``metadata.long_tool`` the number of lines of its tool result (one otherwise),
 ``metadata.fail`` names an exception to raise (``RateLimitError`` is categorized by its
 name), ``metadata.reward`` is the grader's reward. The spec's settings make a second run of
 the same dataset differ: workflow ``settings.fail`` lists row ids that raise ``RuntimeError``,
@@ -73,6 +75,7 @@ class TranscriptWorkflow(AgentWorkflow):
             {
                 "role": "assistant",
                 "content": "Let me use the calculator.",
+                "reasoning_content": meta.get("reasoning"),
                 "tool_calls": [
                     {
                         "id": call_id,
@@ -84,7 +87,14 @@ class TranscriptWorkflow(AgentWorkflow):
                     }
                 ],
             },
-            {"role": "tool", "tool_call_id": call_id, "content": "4"},
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": "calculator",
+                "content": "\n".join(f"line {i}" for i in range(meta["long_tool"]))
+                if meta.get("long_tool")
+                else "4",
+            },
             {"role": "assistant", "content": answer},
         ]
         if meta.get("artifacts"):
@@ -99,5 +109,9 @@ class RewardGrader(Grader):
     async def grade(self, ctx: GraderContext) -> float:
         rewards = self.config.settings.get("rewards", {})
         if ctx.rollout_id in rewards:
-            return float(rewards[ctx.rollout_id])
-        return float(ctx.metadata.get("reward", 1.0))
+            reward = float(rewards[ctx.rollout_id])
+        else:
+            reward = float(ctx.metadata.get("reward", 1.0))
+        verdict = "the answer matches the label" if reward >= 1 else "the answer is not the label"
+        ctx.explain(f"{verdict}: reward {reward:g}", label=ctx.label)
+        return reward

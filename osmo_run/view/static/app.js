@@ -35,7 +35,7 @@
     const response = await fetch(url, { cache: "no-store" });
     if (!response.ok) return;
     const doc = new DOMParser().parseFromString(await response.text(), "text/html");
-    for (const id of ["overview", "live-region"]) {
+    for (const id of ["run-title", "overview", "live-region", "charts-block"]) {
       const fresh = doc.getElementById(id);
       const current = document.getElementById(id);
       if (fresh && current) current.replaceWith(document.adoptNode(fresh));
@@ -69,6 +69,7 @@
       const reward = row.dataset.reward === "" ? NaN : Number(row.dataset.reward);
       if (f.rewardMin !== "" && !(reward >= Number(f.rewardMin))) return false;
       if (f.rewardMax !== "" && !(reward <= Number(f.rewardMax))) return false;
+      if (f.passing && row.dataset.passing !== f.passing) return false;
       if (f.q && !(row.dataset.search || "").includes(f.q)) return false;
       return true;
     }
@@ -77,7 +78,7 @@
       const data = new FormData(form);
       const f = {
         status: data.get("status"), category: data.get("category"), phase: data.get("phase"),
-        rewardMin: data.get("reward_min"), rewardMax: data.get("reward_max"),
+        passing: data.get("passing"), rewardMin: data.get("reward_min"), rewardMax: data.get("reward_max"),
         q: String(data.get("q") || "").trim().toLowerCase(),
       };
       const shown = all.filter((row) => matches(row, f));
@@ -136,9 +137,78 @@
     apply();
   }
 
+  // --- clean URLs: a submitted filter form leaves its empty fields out of the URL.
+  function cleanFormUrls() {
+    for (const form of document.querySelectorAll("form.filters[method=get]")) {
+      form.addEventListener("submit", () => {
+        const emptied = [];
+        for (const element of form.elements) {
+          const isDefault = element.value === "" || (element.name === "per_page" && element.value === "50");
+          if (element.name && !element.disabled && isDefault) {
+            element.disabled = true; // disabled fields are not submitted
+            emptied.push(element);
+          }
+        }
+        // back to usable if the page stays (a download, or a history return)
+        setTimeout(() => { for (const element of emptied) element.disabled = false; }, 0);
+      });
+    }
+  }
+
+  // --- keyboard: "/" search, j/k rows, Enter opens (the row's link has focus), Esc back,
+  // arrows previous/next (pages of the rows list, rows on a row page).
+  function click(id) {
+    const link = document.getElementById(id);
+    if (link) { link.click(); return true; }
+    return false;
+  }
+
+  function moveRow(step) {
+    const links = Array.from(document.querySelectorAll("#rows-table tbody tr:not([hidden]) a.row-link"));
+    if (!links.length) return;
+    const at = links.indexOf(document.activeElement);
+    const next = at < 0 ? (step > 0 ? 0 : links.length - 1) : Math.min(Math.max(at + step, 0), links.length - 1);
+    for (const row of document.querySelectorAll("#rows-table tr.current")) row.classList.remove("current");
+    links[next].closest("tr").classList.add("current");
+    links[next].focus();
+  }
+
+  function startKeys() {
+    const page = document.body.dataset.page;
+    document.addEventListener("keydown", (event) => {
+      if (event.ctrlKey || event.metaKey || event.altKey) return;
+      const target = event.target;
+      const typing = target instanceof HTMLElement &&
+        (target.isContentEditable || ["INPUT", "SELECT", "TEXTAREA"].includes(target.tagName));
+      if (typing) {
+        if (event.key === "Escape") target.blur();
+        return;
+      }
+      let done = false;
+      if (event.key === "/") {
+        const search = document.querySelector("#filters input[name=q]");
+        if (search) { search.focus(); search.select(); done = true; }
+      } else if (page === "run" && (event.key === "j" || event.key === "k")) {
+        moveRow(event.key === "j" ? 1 : -1);
+        done = true;
+      } else if (event.key === "ArrowRight") {
+        done = click(page === "row" ? "next-row" : "next-page");
+      } else if (event.key === "ArrowLeft") {
+        done = click(page === "row" ? "prev-row" : "prev-page");
+      } else if (event.key === "Escape" && page === "row") {
+        done = click("back-link");
+      }
+      if (done) event.preventDefault();
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const main = document.querySelector("main");
     if (document.body.dataset.page === "export") startExport();
-    else if (main && main.dataset.poll === "1") startPolling(main);
+    else {
+      cleanFormUrls();
+      startKeys();
+      if (main && main.dataset.poll === "1") startPolling(main);
+    }
   });
 })();
