@@ -1932,13 +1932,13 @@ def _pyspy(name: str, cmd: list[str], opts: Options) -> None:
 TRACE_VALIDATE = """
 import json, sys, tracemalloc
 from pathlib import Path
-from osmo_run.run.dataset import Dataset
+from osmo_run.run.reading.dataset import Dataset
 tracemalloc.start()
 Dataset(Path(sys.argv[1])).validate(stop_on_error=True)
 validate_mb = tracemalloc.get_traced_memory()[1] / 2**20
 build_mb = None
 try:  # the run's summary: one duration per row, sorted at the end for percentiles
-    from osmo_run.run.summary import SummaryBuilder
+    from osmo_run.run.reporting.summary import SummaryBuilder
     builder = SummaryBuilder()
     for i in range(int(sys.argv[2])):
         builder.add_values("success", None, 1.0, None, 0.001 * (i % 97))

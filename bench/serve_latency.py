@@ -24,10 +24,10 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from osmo_run.backends.local import LocalBackend
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.writing.output import OutputWriter
 from osmo_run.sdk.config import AgentWorkflowConfig, ConcurrencyConfig
 from osmo_run.sdk.types import ExecutionRequest
 from osmo_run.serve.rollouts import ServeSettings

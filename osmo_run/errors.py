@@ -53,7 +53,7 @@ class ExitCode(enum.IntEnum):
     SYSTEMIC_FAILURE = 5
     """The breaker stopped the run: K rollouts in a row failed with the same cause
     (infra_error, model_api_error or rate_limit); rows not yet started were not started,
-    and --resume runs them once the cause is fixed (see osmo_run.run.breaker)."""
+    and --resume runs them once the cause is fixed (see osmo_run.run.controls.breaker)."""
     BUDGET_SPENT = 6
     """The run's budget (tokens, usd or model calls) was spent: no further model call left,
     rows that needed one ended as budget_exceeded, rows not yet started were not started;

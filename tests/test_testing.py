@@ -9,10 +9,10 @@ from pathlib import Path
 
 from osmo_run import ErrorCategory, ExecutionRequest, ExecutionResult, Phase, RolloutStatus
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.runner import Runner, work_items
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, work_items
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.writing.output import OutputWriter
 from osmo_run.testing import FakeBackend, run_grader, run_rollout, run_workflow
 from tests.conftest import jsonl_bytes
 from tests.workflows import ScriptedGrader, ScriptedWorkflow

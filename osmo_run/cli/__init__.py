@@ -70,7 +70,7 @@ app.command()(init)
 @app.command()
 def schema() -> None:
     """Print the run spec's JSON Schema (for editor completion and validation)."""
-    from osmo_run.run.spec import spec_json_schema
+    from osmo_run.run.configuring.spec import spec_json_schema
 
     typer.echo(spec_json_schema())
 

@@ -60,7 +60,7 @@ def cleanup(
     row points at (kept for debugging) stay. ``--images`` prunes osmo-run's images."""
     from osmo_run.backends.harbor.cleanup import clean_all, clean_run
     from osmo_run.errors import InputError
-    from osmo_run.run.report import LoadedRun
+    from osmo_run.run.reporting.report import LoadedRun
     from osmo_run.sdk.rollout import run_to_completion
 
     if not runs and not all_runs and not images:

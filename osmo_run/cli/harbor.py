@@ -17,8 +17,8 @@ from osmo_run.cli.launch import launch, load_run_spec, run_settings
 
 if TYPE_CHECKING:
     from osmo_run.backends.harbor import HarborBackend
-    from osmo_run.run.settings import BackendContext, BackendFactory
-    from osmo_run.run.spec import HarborSpec, RunSpec
+    from osmo_run.run.configuring.spec import HarborSpec, RunSpec
+    from osmo_run.run.executing.settings import BackendContext, BackendFactory
 
 
 def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def _backend_factory(
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
     from osmo_run.backends.harbor import HarborBackend
     from osmo_run.backends.harbor.requirements import RequirementOptions
-    from osmo_run.run.runlock import lock_path
+    from osmo_run.run.writing.runlock import lock_path
 
     task = spec.harbor
     requirements = RequirementOptions.from_fields(spec.requirements.model_dump())
@@ -237,7 +237,7 @@ def harbor(
 ) -> None:
     """Run every row in its own Harbor trial (HarborBackend): isolation per row."""
     from osmo_run.errors import InputError
-    from osmo_run.run.overrides import HarborOverrides
+    from osmo_run.run.configuring.overrides import HarborOverrides
 
     overrides = HarborOverrides(
         task_dir=task_dir,

@@ -17,9 +17,9 @@ from osmo_run.cli.options import check_display, console, gates_from_flags, retry
 
 if TYPE_CHECKING:
     from osmo_run.errors import SpecError
-    from osmo_run.run.overrides import HarborOverrides
-    from osmo_run.run.settings import BackendFactory, RunSettings
-    from osmo_run.run.spec import RunSpec
+    from osmo_run.run.configuring.overrides import HarborOverrides
+    from osmo_run.run.configuring.spec import RunSpec
+    from osmo_run.run.executing.settings import BackendFactory, RunSettings
 
 
 def load_run_spec(
@@ -34,8 +34,12 @@ def load_run_spec(
     them. Raises :class:`~osmo_run.errors.SpecError` naming every invalid field, and
     :class:`~osmo_run.errors.EnvFileError` for an env file that does not parse."""
     from osmo_run.errors import SpecError
-    from osmo_run.run.envfile import apply_env_file
-    from osmo_run.run.overrides import HarborOverrides, SpecOverrides, spec_with_overrides
+    from osmo_run.run.configuring.envfile import apply_env_file
+    from osmo_run.run.configuring.overrides import (
+        HarborOverrides,
+        SpecOverrides,
+        spec_with_overrides,
+    )
     from osmo_run.sdk.imports import ensure_on_path
 
     check_display(run.display)
@@ -80,7 +84,7 @@ def _every_spec_problem(exc: SpecError, run: RunFlags, harbor: bool) -> str:
     """``exc``'s lines and every further problem ``osmo-run validate`` finds in the spec
     file once its invalid fields are set aside (imports, configs, the llm key), with the
     command line's workflow, grader, code dir and concurrency laid over it."""
-    from osmo_run.run.validate import problems_beyond_fields
+    from osmo_run.run.executing.validate import problems_beyond_fields
 
     lines = str(exc).splitlines()
     if run.spec is None:
@@ -109,8 +113,8 @@ def run_settings(
 ) -> RunSettings:
     """The settings of one run from the shared flags; ``backend_identity`` holds the
     backend's result-defining settings, ``info`` its informational ones."""
-    from osmo_run.run.envfile import env_file_secrets
-    from osmo_run.run.settings import RunSettings
+    from osmo_run.run.configuring.envfile import env_file_secrets
+    from osmo_run.run.executing.settings import RunSettings
 
     return RunSettings(
         dataset=dataset,
@@ -139,7 +143,7 @@ def run_settings(
 
 def launch(settings: RunSettings, make_backend: BackendFactory) -> NoReturn:
     """Run and leave with the run's exit code (the console is stderr under ``--json``)."""
-    from osmo_run.run.session import execute_run
+    from osmo_run.run.executing.session import execute_run
 
     code = execute_run(settings, make_backend, console(stderr=settings.json_summary))
     raise typer.Exit(int(code))

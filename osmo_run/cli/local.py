@@ -12,7 +12,7 @@ from osmo_run.cli.launch import launch, load_run_spec, run_settings
 
 if TYPE_CHECKING:
     from osmo_run.backends.local import LocalBackend
-    from osmo_run.run.settings import BackendContext
+    from osmo_run.run.executing.settings import BackendContext
 
 
 @takes_flag_groups

@@ -13,7 +13,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from osmo_run.run.gates import Gates
+    from osmo_run.run.reporting.gates import Gates
 
 OverwriteOption = Annotated[
     bool, typer.Option(help="Replace an output file that already holds results.")
@@ -46,10 +46,10 @@ def gates_from_flags(
     max_errors: list[str] | None,
     max_error_rate: list[str] | None,
 ) -> Gates:
-    """The :class:`~osmo_run.run.gates.Gates` the flags ask for. Raises
+    """The :class:`~osmo_run.run.reporting.gates.Gates` the flags ask for. Raises
     :class:`~osmo_run.errors.InputError` for a threshold outside its range (NaN included:
     a gate that can never fail)."""
-    from osmo_run.run.gates import Gates, check_threshold, parse_budget
+    from osmo_run.run.reporting.gates import Gates, check_threshold, parse_budget
 
     check_threshold("--fail-under", fail_under, "a finite mean reward")
     check_threshold("--min-pass-rate", min_pass_rate, "a fraction from 0 to 1", (0.0, 1.0))

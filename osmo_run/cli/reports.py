@@ -52,8 +52,8 @@ def report(
     two runs, compare them (with paired significance tests) and, with
     --fail-on-regression, gate B on A."""
     from osmo_run.errors import InputError
-    from osmo_run.run.finish import exit_code_for
-    from osmo_run.run.report import (
+    from osmo_run.run.executing.finish import exit_code_for
+    from osmo_run.run.reporting.report import (
         LoadedRun,
         check_shards,
         compare,
@@ -91,9 +91,9 @@ def report(
     out.print(render_comparison(first, second, diff))
     if not fail_on_regression or diff.significance is None:
         return
-    from osmo_run.run.ci_reports import append_step_summary
-    from osmo_run.run.paired import regression_gate
-    from osmo_run.run.report import gate_junit, gate_markdown
+    from osmo_run.run.reporting.ci_reports import append_step_summary
+    from osmo_run.run.reporting.paired import regression_gate
+    from osmo_run.run.reporting.report import gate_junit, gate_markdown
 
     significance = diff.significance
     result = significance.passing if regression_metric == "pass" else significance.reward
@@ -142,13 +142,13 @@ def regrade(
     env_file: EnvFileOption = None,
 ) -> None:
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
-    from osmo_run.run.display import render_summary
-    from osmo_run.run.envfile import apply_env_file, env_file_secrets
-    from osmo_run.run.finish import exit_code_for
-    from osmo_run.run.regrade import choose_grader, judge_endpoint
-    from osmo_run.run.regrade import regrade as regrade_run
-    from osmo_run.run.report import LoadedRun
-    from osmo_run.run.spec import load_spec
+    from osmo_run.run.configuring.envfile import apply_env_file, env_file_secrets
+    from osmo_run.run.configuring.spec import load_spec
+    from osmo_run.run.executing.display import render_summary
+    from osmo_run.run.executing.finish import exit_code_for
+    from osmo_run.run.executing.regrade import choose_grader, judge_endpoint
+    from osmo_run.run.executing.regrade import regrade as regrade_run
+    from osmo_run.run.reporting.report import LoadedRun
     from osmo_run.sdk.imports import ensure_on_path
 
     if env_file is not None:

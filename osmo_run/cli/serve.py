@@ -98,9 +98,9 @@ def serve(
     from osmo_run.cli.launch import load_run_spec
     from osmo_run.cli.options import check_display, console
     from osmo_run.errors import InputError
-    from osmo_run.run.breaker import Breaker
-    from osmo_run.run.display import PlainDisplay, make_display
-    from osmo_run.run.envfile import env_file_secrets
+    from osmo_run.run.configuring.envfile import env_file_secrets
+    from osmo_run.run.controls.breaker import Breaker
+    from osmo_run.run.executing.display import PlainDisplay, make_display
     from osmo_run.serve.rollouts import DEFAULT_MODEL_NAME, ServeSettings
     from osmo_run.serve.session import (
         ServedPlainDisplay,

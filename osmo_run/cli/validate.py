@@ -24,8 +24,8 @@ def validate(
     """Check a spec, its workflow and grader, a dataset and a Harbor task without running
     anything; list every problem and exit 2 if there is one."""
     from osmo_run.errors import InputError
-    from osmo_run.run.envfile import apply_env_file
-    from osmo_run.run.validate import validate as run_checks
+    from osmo_run.run.configuring.envfile import apply_env_file
+    from osmo_run.run.executing.validate import validate as run_checks
 
     if spec is None and dataset is None and task_dir is None:
         raise InputError("give a spec, a dataset or --task-dir to validate")

@@ -382,7 +382,7 @@ class BackendDetails:
     ``trial_name``, ``trial_id`` and ``environment`` name a Harbor trial; ``trial_dir`` is
     the trial directory the backend kept (a failed row's, for debugging); ``error_log`` the
     file holding the full text of an error whose message was cut to one line
-    (:mod:`osmo_run.run.full_errors`). ``other`` keeps keys this version does not know (a
+    (:mod:`osmo_run.run.writing.full_errors`). ``other`` keeps keys this version does not know (a
     record written by another version, or a known key holding something else than a
     string), so a record read and written again keeps them. Immutable (one empty instance,
     :data:`NO_BACKEND_DETAILS`, serves every result with none): change one with
@@ -532,7 +532,7 @@ class ExecutionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The result as JSON data: the output record's result fields (see
-        :mod:`osmo_run.run.records`), and what sandbox runners hand back to the host."""
+        :mod:`osmo_run.run.writing.records`), and what sandbox runners hand back to the host."""
         sample = self.sample
         return {
             "rollout_id": self.rollout_id,

@@ -18,8 +18,8 @@ from osmo_run.backends.base import (
     ResultCallback,
     deliver,
 )
-from osmo_run.run.masking import SecretMask
-from osmo_run.run.output import OutputWriter
+from osmo_run.run.writing.masking import SecretMask
+from osmo_run.run.writing.output import OutputWriter
 from osmo_run.sdk.types import ErrorCategory, ExecutionRequest, ExecutionResult
 from osmo_run.serve.rollouts import ServedRollouts
 

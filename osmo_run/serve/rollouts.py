@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from osmo_run.errors import OutputError
-from osmo_run.run.breaker import Breaker
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.controls.breaker import Breaker
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutStatus

@@ -1,6 +1,6 @@
 """One serving run: the runner of ``osmo-run local`` fed by HTTP instead of a dataset.
 
-The rows go through the same :class:`~osmo_run.run.runner.Runner` (backend, retries,
+The rows go through the same :class:`~osmo_run.run.executing.runner.Runner` (backend, retries,
 breaker, display, results file) as every run; the served rollouts
 (:class:`~osmo_run.serve.rollouts.ServedRollouts`) are its async source of work items and
 learn each result from its ``on_recorded`` hook. The HTTP server (uvicorn) runs on the
@@ -27,15 +27,15 @@ from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode, InputError
-from osmo_run.run.breaker import Breaker
-from osmo_run.run.display import Display, PlainDisplay
-from osmo_run.run.interrupts import interrupts_handled
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import record_dict, record_line
-from osmo_run.run.retry import RetryPolicy
-from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail
-from osmo_run.run.runner import Runner, WorkItem
-from osmo_run.run.text import one_line
+from osmo_run.run.controls.breaker import Breaker
+from osmo_run.run.controls.interrupts import interrupts_handled
+from osmo_run.run.controls.retry import RetryPolicy
+from osmo_run.run.executing.display import Display, PlainDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import record_dict, record_line
+from osmo_run.run.writing.runfiles import RunPaths, iter_records, repair_torn_tail
+from osmo_run.run.writing.text import one_line
 from osmo_run.sdk.rollout import run_to_completion
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
 from osmo_run.serve.app import create_app

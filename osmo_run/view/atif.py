@@ -22,7 +22,7 @@ from typing import Any
 
 from osmo_run import __version__
 from osmo_run.errors import BackendUnavailable, OutputError
-from osmo_run.run.records import record_safe_name
+from osmo_run.run.writing.records import record_safe_name
 from osmo_run.view.catalog import RunEntry
 from osmo_run.view.index import cache_dir
 from osmo_run.view.pages import RunView

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from osmo_run.errors import InputError
-from osmo_run.run.manifest import Manifest, read_manifest
-from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.writing.manifest import Manifest, read_manifest
+from osmo_run.run.writing.runfiles import RunPaths
 
 _MANIFEST = ".manifest.json"
 _MAX_DEPTH = 4

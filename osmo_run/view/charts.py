@@ -1,6 +1,6 @@
 """The run summary as bar charts: what each bar is, how long, and where a click goes.
 
-The statistics come from :class:`~osmo_run.run.summary.RunSummary` (the same numbers as
+The statistics come from :class:`~osmo_run.run.reporting.summary.RunSummary` (the same numbers as
 ``osmo-run report``) and from the index's columns; the templates draw the bars as inline
 SVG (``_macros.html``), so the charts need no script and no library, in the server's pages
 and in the exported file alike.
@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from osmo_run.run.stats import percentile
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.reporting.stats import percentile
+from osmo_run.run.reporting.summary import RunSummary
 from osmo_run.view.index import RowIndex
 
 

@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from osmo_run.run.stats import MeanEstimate
-from osmo_run.run.summary import RunSummary, UsageSummary
+from osmo_run.run.reporting.stats import MeanEstimate
+from osmo_run.run.reporting.summary import RunSummary, UsageSummary
 from osmo_run.view import charts
 from osmo_run.view.index import RowIndex
 from osmo_run.view.summary import run_summary

@@ -23,7 +23,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from osmo_run.errors import OutputError
-from osmo_run.run.aliases import check_no_aliases, run_files
+from osmo_run.run.writing.aliases import check_no_aliases, run_files
 from osmo_run.view.catalog import RunEntry
 from osmo_run.view.index import cache_dir
 from osmo_run.view.pages import RowDetail, RunView

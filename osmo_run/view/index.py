@@ -11,7 +11,7 @@ and starts over when the file was replaced or rewritten (``--retry-errors``, a r
 torn line). Bytes after the last newline are a row still being written (or torn by a
 crash): they are counted as ``pending`` and read again next time, never indexed half.
 Lines that are not records (garbage, a JSON value of the wrong shape, a record with any
-field not as :class:`~osmo_run.run.records.OutputRecord` says, strictly) are kept in
+field not as :class:`~osmo_run.run.writing.records.OutputRecord` says, strictly) are kept in
 ``bad`` with their line number and reason, never fatal.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from osmo_run.run.records import record_problem
+from osmo_run.run.writing.records import record_problem
 
 STATUSES = ("success", "failure", "cancelled")
 PHASES = ("setup", "workflow", "grader")

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osmo_run.run.columns import ColumnMap
-from osmo_run.run.rows import parse_row
+from osmo_run.run.reading.columns import ColumnMap
+from osmo_run.run.reading.rows import parse_row
 
 
 @dataclass

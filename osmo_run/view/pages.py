@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from osmo_run.run.columns import column_map
-from osmo_run.run.finish import exit_code_for
-from osmo_run.run.paired import RegressionVerdict, regression_gate
-from osmo_run.run.records import OutputRecord, record_safe_name
-from osmo_run.run.report import Comparison, LoadedRun, compare, error_change
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.executing.finish import exit_code_for
+from osmo_run.run.reading.columns import column_map
+from osmo_run.run.reporting.paired import RegressionVerdict, regression_gate
+from osmo_run.run.reporting.report import Comparison, LoadedRun, compare, error_change
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.records import OutputRecord, record_safe_name
 from osmo_run.sdk.types import BackendDetails
 from osmo_run.view import charts
 from osmo_run.view import derived as derived_cache
@@ -447,7 +447,8 @@ class CompareView:
 
 
 def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
-    """``osmo-run report A B``'s facts (:func:`osmo_run.run.report.compare`), with links."""
+    """``osmo-run report A B``'s facts (:func:`osmo_run.run.reporting.report.compare`), with
+    links."""
     threshold = a.pass_threshold
     diff = compare(LoadedRun(a.paths, a.manifest), LoadedRun(b.paths, b.manifest), threshold)
     largest = sorted(

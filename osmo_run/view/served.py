@@ -10,7 +10,7 @@ only when, both as requested and as it resolves (symlinks followed), it
 * is one of the run's own files: ``<stem>.summary.json``, ``<stem>.manifest.json`` or
   ``<stem>.attempts.jsonl`` (not the results file: the pages show it), ``errors/<name>.txt``,
   or a file under ``artifacts/<name>/``, where ``<name>`` is the safe name of a rollout in
-  the results (:func:`osmo_run.run.records.record_safe_name`, the name the runner writes
+  the results (:func:`osmo_run.run.writing.records.record_safe_name`, the name the runner writes
   under), or a file under a kept trial directory a record names (``backend.trial_dir``).
 
 The names come from the records themselves, read once and then as the file grows.
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from osmo_run.run.records import record_safe_name
-from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.writing.records import record_safe_name
+from osmo_run.run.writing.runfiles import RunPaths
 from osmo_run.sdk.types import BackendDetails
 from osmo_run.view.files import FileEntry, relative_inside, resolve_inside
 from osmo_run.view.index import RowIndex

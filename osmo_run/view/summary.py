@@ -2,14 +2,14 @@
 
 The index already holds what a summary needs of each record (status, category, reward,
 grader skip, duration, row, usage), so the records are not parsed again: each row's
-columns go to :class:`~osmo_run.run.summary.SummaryBuilder`, one implementation of the
+columns go to :class:`~osmo_run.run.reporting.summary.SummaryBuilder`, one implementation of the
 statistics for the run's end, ``report`` and this page. About 4 s per million rows, once
 per state of the results file (:mod:`.derived` caches the result).
 """
 
 from __future__ import annotations
 
-from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.types import LLMUsage
 from osmo_run.view.index import STATUSES, RowIndex
 

@@ -22,7 +22,7 @@ from osmo_run.backends.harbor.wheelhouse import (  # noqa: E402
     platform_tags,
 )
 from osmo_run.errors import RequirementsError  # noqa: E402
-from osmo_run.run.spec import RunSpec  # noqa: E402
+from osmo_run.run.configuring.spec import RunSpec  # noqa: E402
 from tests.conftest import CLI, error_lines  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -204,7 +204,7 @@ def test_the_json_schema_takes_every_form() -> None:
     import json
 
     jsonschema = pytest.importorskip("jsonschema")
-    from osmo_run.run.spec import spec_json_schema
+    from osmo_run.run.configuring.spec import spec_json_schema
 
     schema = json.loads(spec_json_schema())
     for form in ("none", ["attrs"], {"extras": ["toml"], "add": ["rich"]}):

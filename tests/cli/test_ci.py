@@ -18,7 +18,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped
 from typer.testing import CliRunner
 
 from osmo_run.errors import ExitCode
-from osmo_run.run.settings import RunSettings
+from osmo_run.run.executing.settings import RunSettings
 from tests.conftest import (
     CLI,
     OSMO_RUN,
@@ -208,7 +208,7 @@ def test_local_and_harbor_exit_with_the_shared_runners_code(
         seen.append(settings)
         return code
 
-    monkeypatch.setattr("osmo_run.run.session.execute_run", execute_run)
+    monkeypatch.setattr("osmo_run.run.executing.session.execute_run", execute_run)
     data = tmp_path / "data.jsonl"
     data.write_bytes(jsonl_bytes(GATED))
     where = ("--task-dir", str(REPO / "tasks" / "calculator")) if command == "harbor" else ()

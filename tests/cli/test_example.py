@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import CLI, REPO, read_jsonl
 
 

@@ -47,7 +47,11 @@ def test_local_run_never_imports_harbor(cli: CLI, tmp_path: Path, write_jsonl: W
     )
     assert proc.returncode == 0, proc.stderr
     modules = set(log.read_text().splitlines())
-    assert {"osmo_run.backends.local", "osmo_run.run.runner", "tests.workflows"} <= modules
+    assert {
+        "osmo_run.backends.local",
+        "osmo_run.run.executing.runner",
+        "tests.workflows",
+    } <= modules
     harbor = sorted(
         name
         for name in modules

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import OSMO_RUN, REPO, WriteJsonl, cli_env
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import (
     CLI,
     OSMO_RUN,

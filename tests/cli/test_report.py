@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from osmo_run.run.records import OutputRecord
-from osmo_run.run.report import LoadedRun, summarize
+from osmo_run.run.reporting.report import LoadedRun, summarize
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import (
     CLI,
     COUNTING_GRADED,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from osmo_run.cli.options import expand_bare_retry_errors
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import (
     CLI,
     COUNTING,

@@ -13,8 +13,8 @@ import pytest
 import typer
 
 from osmo_run.cli import app
-from osmo_run.run.settings import RunSettings
-from osmo_run.run.spec import RunSpec
+from osmo_run.run.configuring.spec import RunSpec
+from osmo_run.run.executing.settings import RunSettings
 from tests.conftest import CLI, REPO
 
 ROW = re.compile(r"^\| `(?P<field>[\w.]+)` \| (?P<flags>.+?) \| (?P<commands>[\w, ]*?) ?\|$")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import CLI, REPO, WriteJsonl, read_jsonl
 
 WORKFLOW = "tests.graders.answer_workflows:AnswerWorkflow"

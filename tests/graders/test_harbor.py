@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import CLI, read_jsonl
 from tests.graders.conftest import ScriptedJudge
 from tests.harbor.conftest import (

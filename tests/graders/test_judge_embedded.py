@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import CLI, REPO, WriteJsonl, read_jsonl
 from tests.llm.conftest import require_embedded
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import OSMO_RUN, REPO, WriteJsonl, cli_env, read_jsonl
 
 WORKFLOW = "tests.graders.answer_workflows:AnswerWorkflow"

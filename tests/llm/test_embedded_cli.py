@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from osmo_run.llm.embedded import MODEL_NAME
-from osmo_run.run.records import OutputRecord
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import CLI, OSMO_RUN, REPO, WriteJsonl, cli_env, read_jsonl
 from tests.llm.conftest import pid_alive, require_embedded
 

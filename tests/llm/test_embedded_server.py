@@ -17,7 +17,7 @@ import pytest
 from osmo_run.errors import EnvironmentNotReady
 from osmo_run.llm import embedded
 from osmo_run.llm.embedded import MODEL_NAME, EmbeddedLLMServer, EmbeddedLLMUnavailable
-from osmo_run.run.spec import RunSpec
+from osmo_run.run.configuring.spec import RunSpec
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.llm import chat_completion
 from tests.llm.conftest import pid_alive, require_embedded

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from osmo_run import ExecutionRequest, ExecutionResult
-from osmo_run.run.breaker import Breaker, failure_cause
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.retry import RetryPolicy
-from osmo_run.run.runner import Runner, work_items
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.controls.breaker import Breaker, failure_cause
+from osmo_run.run.controls.retry import RetryPolicy
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, work_items
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.output import OutputWriter
 from osmo_run.sdk.names import docker_part, safe_name
 from osmo_run.sdk.types import ErrorCategory, RolloutStatus
 from osmo_run.testing import FakeBackend

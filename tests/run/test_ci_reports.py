@@ -1,4 +1,4 @@
-"""Reports for CI systems (``osmo_run.run.ci_reports``): JUnit XML read back by an
+"""Reports for CI systems (``osmo_run.run.reporting.ci_reports``): JUnit XML read back by an
 independent reader (junitparser) and by ElementTree against the attribute names CI tools
 use, and the Markdown summary appended to ``$GITHUB_STEP_SUMMARY``.
 
@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped, TestSuite
 
-from osmo_run.run.ci_reports import (
+from osmo_run.run.reporting.ci_reports import (
     append_step_summary,
     junit_xml,
     markdown_summary,
     write_junit,
 )
-from osmo_run.run.gates import GateFailure
-from osmo_run.run.records import record_dict
-from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.run.reporting.gates import GateFailure
+from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
+from osmo_run.run.writing.records import record_dict
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionResult,

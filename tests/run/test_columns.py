@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from osmo_run.errors import DatasetError
-from osmo_run.run.columns import ColumnMap, column_map
-from osmo_run.run.dataset import Dataset
+from osmo_run.run.reading.columns import ColumnMap, column_map
+from osmo_run.run.reading.dataset import Dataset
 from osmo_run.sdk.types import ExecutionRequest
 from tests.conftest import WriteJsonl, parquet_modules
 

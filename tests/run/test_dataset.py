@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from osmo_run.errors import DatasetError
-from osmo_run.run.dataset import Dataset, DatasetRow
+from osmo_run.run.reading.dataset import Dataset, DatasetRow
 from tests.conftest import Row, WriteJsonl, jsonl_bytes
 
 

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from osmo_run.errors import OsmoRunError
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.validate import validate
+from osmo_run.run.executing.validate import validate
+from osmo_run.run.reading.dataset import Dataset
 
 _TOKENS = st.sampled_from(
     [

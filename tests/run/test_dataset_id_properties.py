@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from osmo_run.errors import DatasetError
-from osmo_run.run.dataset import Dataset
+from osmo_run.run.reading.dataset import Dataset
 from osmo_run.sdk.names import safe_name
 
 _IDS = st.one_of(

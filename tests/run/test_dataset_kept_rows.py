@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from osmo_run.errors import DatasetError
-from osmo_run.run import dataset as dataset_module
-from osmo_run.run.dataset import Dataset, DatasetRow
-from osmo_run.run.plan import with_shuffle
-from osmo_run.run.selection import parse_rows
+from osmo_run.run.executing.plan import with_shuffle
+from osmo_run.run.reading import dataset as dataset_module
+from osmo_run.run.reading.dataset import Dataset, DatasetRow
+from osmo_run.run.reading.selection import parse_rows
 
 _IDS = st.one_of(st.integers(min_value=0, max_value=12), st.sampled_from(["1", "2", "line-3", "q"]))
 _VALUES = st.recursive(

@@ -10,14 +10,14 @@ from rich.console import Console
 
 from osmo_run import ErrorCategory, ExecutionResult, Phase, RolloutSample, RolloutStatus
 from osmo_run.backends.base import ProgressPhase
-from osmo_run.run.display import (
+from osmo_run.run.executing.display import (
     LiveDisplay,
     NullDisplay,
     PlainDisplay,
     make_display,
     render_summary,
 )
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.reporting.summary import RunSummary
 from osmo_run.sdk.context import RolloutContext, _current
 from osmo_run.sdk.model_layer import ModelLayer, model_call, use_model_layer
 from osmo_run.sdk.model_limits import ModelLimits

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from osmo_run import ErrorCategory, ExecutionRequest, ExecutionResult
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.writing.output import OutputWriter
 from osmo_run.testing import FakeBackend
 from tests.conftest import CLI, WriteJsonl, read_jsonl
 from tests.harbor.fake_daytona import BAD_GATEWAY_PAGE

@@ -1,5 +1,5 @@
-"""Quality gates and error budgets (``osmo_run.run.gates``) at and around their thresholds,
-and the exit code of a finished run (``exit_code_for``) as a table.
+"""Quality gates and error budgets (``osmo_run.run.reporting.gates``) at and around their
+thresholds, and the exit code of a finished run (``exit_code_for``) as a table.
 
 The exit codes end to end through the real CLI are in ``tests/cli/test_ci.py``; 130
 (interrupted) end to end is ``tests/cli/test_interrupt.py``.
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import pytest
 
 from osmo_run.errors import ExitCode, InputError
-from osmo_run.run.breaker import BreakerTrip
-from osmo_run.run.finish import exit_code_for
-from osmo_run.run.gates import ErrorBudget, GateFailure, Gates, evaluate, parse_budget
-from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.run.controls.breaker import BreakerTrip
+from osmo_run.run.executing.finish import exit_code_for
+from osmo_run.run.reporting.gates import ErrorBudget, GateFailure, Gates, evaluate, parse_budget
+from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
 from osmo_run.sdk.model_budget import BudgetSpent
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from osmo_run.errors import InputError
-from osmo_run.run.manifest import MANIFEST_VERSION, Manifest, read_manifest, write_manifest
-from osmo_run.run.plan import plan_run
-from osmo_run.run.settings import RunSettings
-from osmo_run.run.spec import RunSpec
+from osmo_run.run.configuring.spec import RunSpec
+from osmo_run.run.executing.plan import plan_run
+from osmo_run.run.executing.settings import RunSettings
+from osmo_run.run.writing.manifest import MANIFEST_VERSION, Manifest, read_manifest, write_manifest
 from tests.conftest import jsonl_bytes
 
 DEFINING = {

@@ -18,8 +18,8 @@ from osmo_run import (
     RolloutStatus,
 )
 from osmo_run.errors import OutputError
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import OutputRecord, record_dict, record_line
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import OutputRecord, record_dict, record_line
 
 
 def test_output_file_is_private_whatever_the_umask(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from osmo_run import ExecutionResult, RolloutSample, RolloutStatus
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import OutputRecord, record_dict, record_line
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import OutputRecord, record_dict, record_line
 
 json_values = st.recursive(
     st.none()

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from osmo_run.run.paired import (
+from osmo_run.run.reporting.paired import (
     mcnemar_exact,
     paired_interval,
     pass_rate_test,

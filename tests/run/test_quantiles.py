@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from osmo_run.run.quantiles import BUCKET_RATIO, EXACT_LIMIT, QuantileSketch
-from osmo_run.run.stats import percentile
+from osmo_run.run.reporting.quantiles import BUCKET_RATIO, EXACT_LIMIT, QuantileSketch
+from osmo_run.run.reporting.stats import percentile
 
 
 def _sketch(values: list[float]) -> QuantileSketch:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from osmo_run.errors import DatasetError
-from osmo_run.run.dataset import Dataset, DatasetRow
-from osmo_run.run.readers import choose_format
+from osmo_run.run.reading.dataset import Dataset, DatasetRow
+from osmo_run.run.reading.readers import choose_format
 from tests.conftest import parquet_modules
 
 

@@ -18,13 +18,13 @@ from osmo_run import (
     RolloutSample,
     RolloutStatus,
 )
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import OutputRecord, record_dict, record_line
-from osmo_run.run.runfiles import iter_records
-from osmo_run.run.runner import Runner, WorkItem
-from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import OutputRecord, record_dict, record_line
+from osmo_run.run.writing.runfiles import iter_records
 from osmo_run.sdk.types import LLMUsage, Phase, Timings
 from osmo_run.testing import FakeBackend
 

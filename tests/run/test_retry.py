@@ -25,13 +25,13 @@ from osmo_run import (
 )
 from osmo_run.backends.local import LocalBackend
 from osmo_run.errors import SpecError
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.display import LiveDisplay, NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import OutputRecord
-from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, RetryPolicy
-from osmo_run.run.runner import Runner, work_items
-from osmo_run.run.spec import RetrySpec, RunSpec, load_spec
+from osmo_run.run.configuring.spec import RetrySpec, RunSpec, load_spec
+from osmo_run.run.controls.retry import DEFAULT_RETRY_CATEGORIES, RetryPolicy
+from osmo_run.run.executing.display import LiveDisplay, NullDisplay
+from osmo_run.run.executing.runner import Runner, work_items
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import OutputRecord
 from tests.conftest import CLI, WriteJsonl, jsonl_bytes, read_jsonl
 from tests.workflows import CountingWorkflow
 

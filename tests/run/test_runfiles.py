@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from osmo_run.errors import InputError
-from osmo_run.run.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
+from osmo_run.run.writing.runfiles import RunPaths, iter_records, repair_torn_tail, rewrite_without
 from tests.conftest import read_jsonl
 from tests.view.records import record as view_record
 

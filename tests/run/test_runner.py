@@ -20,12 +20,12 @@ from osmo_run import (
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.backends.local import LocalBackend
 from osmo_run.errors import OutputError
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import OutputRecord
-from osmo_run.run.runner import Runner, work_items
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, work_items
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import OutputRecord
 from osmo_run.testing import FakeBackend
 from tests.conftest import Row, jsonl_bytes, read_jsonl
 from tests.workflows import ScriptedGrader, ScriptedWorkflow

@@ -20,11 +20,11 @@ from osmo_run import (
     ExecutionResult,
 )
 from osmo_run.backends.local import LocalBackend
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.runner import Runner, WorkItem, work_items
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem, work_items
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.output import OutputWriter
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
 from osmo_run.sdk.types import Message
 from tests.conftest import Row, jsonl_bytes, read_jsonl

@@ -1,4 +1,4 @@
-"""Secrets out of a kept trial directory (:mod:`osmo_run.run.scrub`): each file is
+"""Secrets out of a kept trial directory (:mod:`osmo_run.run.writing.scrub`): each file is
 rewritten whole or not at all, with its mode kept."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from osmo_run.run.scrub import scrub_directory
+from osmo_run.run.writing.scrub import scrub_directory
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-0123456789abcdef"
@@ -34,7 +34,7 @@ def test_each_secret_becomes_stars_and_the_mode_is_kept(tmp_path: Path) -> None:
 _LIMITED = """
 import json, resource, signal, sys
 from pathlib import Path
-from osmo_run.run.scrub import scrub_directory
+from osmo_run.run.writing.scrub import scrub_directory
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
 print(json.dumps(scrub_directory(Path(sys.argv[1]), (sys.argv[2],))))

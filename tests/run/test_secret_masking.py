@@ -13,11 +13,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from osmo_run import ErrorCategory, ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import OutputRecord
-from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import OutputRecord
 from osmo_run.sdk.messages import short_message
 from osmo_run.testing import FakeBackend
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from osmo_run.run.seen import MAX_LOAD, SeenHashes
+from osmo_run.run.reading.seen import MAX_LOAD, SeenHashes
 
 
 def test_every_value_added_is_reported_seen_and_new_values_rarely_are() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from osmo_run.errors import DatasetError
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.plan import with_shuffle
-from osmo_run.run.selection import parse_rows, shuffled_pick
+from osmo_run.run.executing.plan import with_shuffle
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.reading.selection import parse_rows, shuffled_pick
 from tests.conftest import WriteJsonl
 
 

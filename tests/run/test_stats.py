@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.run.stats import (
+from osmo_run.run.reporting.stats import (
     estimate_mean,
     mean_pass_at_k,
     pass_at_k,
@@ -19,7 +19,7 @@ from osmo_run.run.stats import (
     t_quantile,
     wilson_interval,
 )
-from osmo_run.run.summary import SummaryBuilder
+from osmo_run.run.reporting.summary import SummaryBuilder
 from tests.conftest import CLI, WriteJsonl, read_jsonl
 
 

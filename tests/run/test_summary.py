@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from osmo_run import ErrorCategory, ExecutionResult, Phase, RolloutSample, RolloutStatus, Timings
-from osmo_run.run.records import record_dict
-from osmo_run.run.stats import percentile
-from osmo_run.run.summary import SummaryBuilder
+from osmo_run.run.reporting.stats import percentile
+from osmo_run.run.reporting.summary import SummaryBuilder
+from osmo_run.run.writing.records import record_dict
 
 
 def _result(

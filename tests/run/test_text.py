@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from osmo_run.run.text import markdown_text, one_line
+from osmo_run.run.writing.text import markdown_text, one_line
 
 
 @pytest.mark.parametrize(

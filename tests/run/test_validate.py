@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.run.validate import validate
+from osmo_run.run.executing.validate import validate
 from tests.conftest import CLI, REPO, cli_env, error_lines, jsonl_bytes
 from tests.harbor.fake_daytona import REJECTED_KEY, fake_daytona
 

@@ -17,12 +17,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from osmo_run import ErrorCategory, ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
-from osmo_run.run.ci_reports import markdown_summary, write_junit
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import PlainDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.runfiles import iter_records
-from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.executing.display import PlainDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.reporting.ci_reports import markdown_summary, write_junit
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.runfiles import iter_records
 from osmo_run.testing import FakeBackend
 from osmo_run.view.catalog import Catalog
 from osmo_run.view.export import export_html
@@ -81,7 +81,7 @@ def test_every_writer_writes_any_string(
         assert record["error_message"].startswith("refused")
         assert len([line for line in printed.splitlines() if "FAILURE" in line]) == 1
         assert Path(record["backend"]["error_log"]).read_text(encoding="utf-8")
-    from osmo_run.run.summary import SummaryBuilder
+    from osmo_run.run.reporting.summary import SummaryBuilder
 
     builder = SummaryBuilder()
     builder.add_record(record)

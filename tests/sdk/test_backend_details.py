@@ -11,8 +11,8 @@ import pickle
 from pathlib import Path
 
 from osmo_run import BackendDetails, ErrorCategory, ExecutionResult, Phase
-from osmo_run.run.full_errors import TRIAL_ERROR_FILE, keep_full_error
-from osmo_run.run.records import record_dict
+from osmo_run.run.writing.full_errors import TRIAL_ERROR_FILE, keep_full_error
+from osmo_run.run.writing.records import record_dict
 
 HARBOR_RECORD = {
     "rollout_id": "r1",

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 
 from osmo_run.backends.local import LocalBackend
-from osmo_run.run.breaker import Breaker
-from osmo_run.run.display import Display, NullDisplay
+from osmo_run.run.controls.breaker import Breaker
+from osmo_run.run.executing.display import Display, NullDisplay
 from osmo_run.sdk.config import AgentWorkflowConfig, ConcurrencyConfig
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 from osmo_run.serve.rollouts import ServeSettings

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.run.display import PlainDisplay
+from osmo_run.run.executing.display import PlainDisplay
 from tests.llm.stub_model import StubModel
 from tests.llm.stub_model import serve as serve_stub
 from tests.serve.harness import serving

@@ -11,10 +11,10 @@ from typing import Any
 
 from osmo_run import AgentWorkflowConfig, ConcurrencyConfig, ExecutionRequest, ExecutionResult
 from osmo_run.backends.local import LocalBackend
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import NullDisplay
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.runner import Runner, WorkItem
+from osmo_run.run.executing.display import NullDisplay
+from osmo_run.run.executing.runner import Runner, WorkItem
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.writing.output import OutputWriter
 from tests.conftest import read_jsonl
 from tests.workflows import ScriptedWorkflow
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from osmo_run.run.records import OutputRecord
-from osmo_run.run.report import LoadedRun, summarize
+from osmo_run.run.reporting.report import LoadedRun, summarize
+from osmo_run.run.writing.records import OutputRecord
 from osmo_run.view.index import RowIndex
 from osmo_run.view.summary import run_summary
 from tests.view import records

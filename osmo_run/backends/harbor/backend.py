@@ -78,7 +78,7 @@ from osmo_run.errors import (
     InputError,
     TaskDirError,
 )
-from osmo_run.run.runlock import held_by_another
+from osmo_run.run.writing.runlock import held_by_another
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
@@ -154,7 +154,7 @@ class HarborBackend(ExecutionBackend):
     before any row runs. ``run_dir``: where the staging copy is noted, so that a later
     invocation of the run (``--resume``) or ``osmo-run cleanup`` removes it after a
     ``kill -9`` (default: the parent of ``trials_dir``). ``run_lock`` is the lock file
-    this invocation holds (:mod:`osmo_run.run.runlock`): its containers carry it, so no
+    this invocation holds (:mod:`osmo_run.run.writing.runlock`): its containers carry it, so no
     other run's sweep removes them while it lives.
 
     Raises :class:`~osmo_run.errors.InputError` for unusable arguments.

@@ -16,9 +16,9 @@ from pathlib import Path
 from osmo_run.backends.harbor import docker as docker_ops
 from osmo_run.backends.harbor.cache import forget_image, last_used
 from osmo_run.errors import DockerCommandError, InputError
-from osmo_run.run.report import LoadedRun
-from osmo_run.run.runfiles import iter_records
-from osmo_run.run.runlock import held_by_another, lock_path, run_locked
+from osmo_run.run.reporting.report import LoadedRun
+from osmo_run.run.writing.runfiles import iter_records
+from osmo_run.run.writing.runlock import held_by_another, lock_path, run_locked
 from osmo_run.sdk.types import BackendDetails
 
 
@@ -117,11 +117,11 @@ def kept_trial_dirs(run: LoadedRun) -> set[Path]:
 
 async def clean_run(run: LoadedRun) -> Cleaned:
     """Remove ``run``'s containers, networks, staging copies and unreferenced trial
-    directories, holding its lock (:mod:`osmo_run.run.runlock`) meanwhile; containers of a
+    directories, holding its lock (:mod:`osmo_run.run.writing.runlock`) meanwhile; containers of a
     live run of the same id in another directory stay.
 
     Raises :class:`InputError` when the run has no manifest (its run id is unknown), and
-    :class:`~osmo_run.run.runlock.RunLocked` while an invocation still runs it.
+    :class:`~osmo_run.run.writing.runlock.RunLocked` while an invocation still runs it.
     """
     if run.manifest is None:
         raise InputError(f"{run.paths.manifest}: missing; cannot tell which run this is")

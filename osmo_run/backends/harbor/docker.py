@@ -28,7 +28,7 @@ from osmo_run.backends.harbor.runtime import (
     tree_digest,
 )
 from osmo_run.errors import DockerCommandError, EnvironmentNotReady, TaskDirError
-from osmo_run.run.interrupts import child_group
+from osmo_run.run.controls.interrupts import child_group
 
 RUN_LABEL = "osmo-run.run-id"
 """Docker label on every container and network of a run (its manifest's run id), so
@@ -38,7 +38,7 @@ INVOCATION_LABEL = "osmo-run.invocation"
 
 
 LOCK_LABEL = "osmo-run.lock"
-"""Docker label naming the run lock file (:mod:`osmo_run.run.runlock`) of the invocation
+"""Docker label naming the run lock file (:mod:`osmo_run.run.writing.runlock`) of the invocation
 that started a container: while that file is locked, the container belongs to a live run
 and no sweep removes it."""
 

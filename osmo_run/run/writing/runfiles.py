@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError
-from osmo_run.run.records import record_problem
+from osmo_run.run.writing.records import record_problem
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class BadLine:
 
 
 def is_record(value: object) -> bool:
-    """Whether a decoded line is a result record (see :mod:`osmo_run.run.records`)."""
+    """Whether a decoded line is a result record (see :mod:`osmo_run.run.writing.records`)."""
     return isinstance(value, dict) and "row_id" in value and "status" in value
 
 

@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads, metadata_object, shown
+from osmo_run.run.reading.rows import KNOWN_COLUMNS, RowError, loads, metadata_object, shown
 
 _ROLES = ("id", "prompt", "system_prompt", "label")
 _STANDARD: dict[str, tuple[str, ...]] = {
@@ -93,7 +93,7 @@ class ColumnMap:
 
     def apply(self, obj: object) -> object:
         """The row ``obj`` with the mapped columns in the standard places, for
-        :func:`~osmo_run.run.rows.parse_row`; a row that is not an object as it is.
+        :func:`~osmo_run.run.reading.rows.parse_row`; a row that is not an object as it is.
 
         Raises :class:`RowError` for a mapped column the row lacks.
         """

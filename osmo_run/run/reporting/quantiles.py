@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from array import array
 
-from osmo_run.run.stats import percentile
+from osmo_run.run.reporting.stats import percentile
 
 EXACT_LIMIT = 4096
 """Values kept exactly before the sketch switches to buckets (32 KiB)."""

@@ -1,6 +1,6 @@
 """Stream a JSONL dataset into :class:`ExecutionRequest` objects.
 
-Rows are read by :func:`osmo_run.run.rows.parse_row` (the row styles and their checks). An
+Rows are read by :func:`osmo_run.run.reading.rows.parse_row` (the row styles and their checks). An
 optional ``id`` names the row, any non-empty string or integer; otherwise its line number
 does. Ids are unique, and so are their safe names (:mod:`osmo_run.sdk.names`), the names of
 their directories. Blank lines are skipped. Reading never holds more than one line in
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from osmo_run.errors import DatasetError
-from osmo_run.run.columns import ColumnMap
-from osmo_run.run.readers import (
+from osmo_run.run.reading.columns import ColumnMap
+from osmo_run.run.reading.readers import (
     DatasetFormat,
     Payload,
     check_csv_header,
@@ -45,10 +45,10 @@ from osmo_run.run.readers import (
     row_count_bound,
     where,
 )
-from osmo_run.run.rows import RowError as _RowError
-from osmo_run.run.rows import check_id, loads, parse_row, shown
-from osmo_run.run.seen import SeenHashes
-from osmo_run.run.selection import RowRanges
+from osmo_run.run.reading.rows import RowError as _RowError
+from osmo_run.run.reading.rows import check_id, loads, parse_row, shown
+from osmo_run.run.reading.seen import SeenHashes
+from osmo_run.run.reading.selection import RowRanges
 from osmo_run.sdk.names import safe_name
 from osmo_run.sdk.types import ExecutionRequest
 
@@ -69,13 +69,13 @@ class DatasetRow:
 
 
 class Dataset:
-    """A dataset file (JSONL, CSV or Parquet; :mod:`osmo_run.run.readers`) read lazily, as
+    """A dataset file (JSONL, CSV or Parquet; :mod:`osmo_run.run.reading.readers`) read lazily, as
     often as needed (validation pass, then the run).
 
     ``fmt`` is ``jsonl``, ``csv`` or ``parquet`` (``None``/``auto``: by extension);
     ``columns`` maps the file's columns to the row's roles.
     ``limit`` keeps the first N rows; ``row_ranges``, ``pick``, ``shard`` and ``select``
-    narrow the selection as :mod:`osmo_run.run.selection` says. Timeouts are copied into
+    narrow the selection as :mod:`osmo_run.run.reading.selection` says. Timeouts are copied into
     every request.
     """
 
@@ -95,7 +95,7 @@ class Dataset:
     ) -> None:
         self.path = path
         self.columns = columns or ColumnMap()
-        """Which column plays each role (:mod:`osmo_run.run.columns`)."""
+        """Which column plays each role (:mod:`osmo_run.run.reading.columns`)."""
         self.format: DatasetFormat = choose_format(path, fmt)
         self._agent_timeout_sec = agent_timeout_sec
         self._grader_timeout_sec = grader_timeout_sec
@@ -118,7 +118,7 @@ class Dataset:
     @property
     def pick(self) -> frozenset[int] | None:
         """``--shuffle``: positions among the rows ``row_ranges`` keeps to run, in place of
-        ``limit`` (:func:`~osmo_run.run.selection.shuffled_pick`)."""
+        ``limit`` (:func:`~osmo_run.run.reading.selection.shuffled_pick`)."""
         return self._pick
 
     def with_pick(self, pick: frozenset[int] | None) -> Dataset:
@@ -154,7 +154,7 @@ class Dataset:
 
     def _selected_lines(self, whole_selection: bool = False) -> Iterator[tuple[int, int, Payload]]:
         """``(index, number, payload)`` of every selected row (see :meth:`rows` and
-        :mod:`osmo_run.run.selection`)."""
+        :mod:`osmo_run.run.reading.selection`)."""
         shard = None if whole_selection else self._shard
         ranges, pick = self.row_ranges, self._pick
         eligible = kept = -1
@@ -581,7 +581,7 @@ def _own_id(obj: object) -> str | None:
 
 def _decoded(payload: Payload) -> object:
     """A reader's payload as the row object: JSONL text decoded, a reader's error raised
-    (and an integer too long for Python, :func:`~osmo_run.run.rows.loads`)."""
+    (and an integer too long for Python, :func:`~osmo_run.run.reading.rows.loads`)."""
     if isinstance(payload, _RowError):
         raise payload
     return loads(payload) if isinstance(payload, str) else payload

@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmo_run.run.breaker import BreakerTrip
-from osmo_run.run.quantiles import QuantileSketch
-from osmo_run.run.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
+from osmo_run.run.controls.breaker import BreakerTrip
+from osmo_run.run.reporting.quantiles import QuantileSketch
+from osmo_run.run.reporting.stats import MeanEstimate, estimate_mean, mean_pass_at_k, pass_at_k_ks
 from osmo_run.sdk.model_budget import BudgetSpent
 from osmo_run.sdk.types import ExecutionResult, LLMUsage
 
@@ -229,7 +229,7 @@ class SummaryBuilder:
     """Accumulates finished rollouts. Memory does not grow with the run's length but for four
     numbers per row when ``samples_per_row > 1`` (rollouts, passes, graded and reward sum:
     pass@k and the standard errors clustered by row): durations and token counts go to
-    bounded :class:`~osmo_run.run.quantiles.QuantileSketch` es."""
+    bounded :class:`~osmo_run.run.reporting.quantiles.QuantileSketch` es."""
 
     def __init__(self, pass_threshold: float = 1.0, samples_per_row: int = 1) -> None:
         self.pass_threshold = pass_threshold
@@ -321,7 +321,7 @@ class SummaryBuilder:
         )
 
     def add_record(self, record: dict[str, Any]) -> None:
-        """Count one output-file record (see :mod:`osmo_run.run.records`)."""
+        """Count one output-file record (see :mod:`osmo_run.run.writing.records`)."""
         self.add_values(
             str(record.get("status")),
             record.get("error_category"),

@@ -205,8 +205,8 @@ def record_dict(
 
 
 def _derived_name(row_id: str, rollout_id: str, sample_index: int) -> str:
-    """The name :func:`osmo_run.run.runner.work_items` gives a rollout: the row's safe name,
-    with ``~k`` when the row runs several times (its rollout id is then not the row id)."""
+    """The name :func:`osmo_run.run.executing.runner.work_items` gives a rollout: the row's safe
+    name, with ``~k`` when the row runs several times (its rollout id is then not the row id)."""
     sample = None if rollout_id == row_id else sample_index
     return rollout_name(safe_name(row_id), sample)
 

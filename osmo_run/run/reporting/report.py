@@ -16,13 +16,13 @@ from rich.table import Table
 from rich.text import Text
 
 from osmo_run.errors import InputError
-from osmo_run.run.manifest import Manifest, read_manifest
-from osmo_run.run.paired import RegressionVerdict, Significance, paired_tests
-from osmo_run.run.rows import shown
-from osmo_run.run.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
-from osmo_run.run.spec import parse_shard
-from osmo_run.run.summary import RunSummary, SummaryBuilder
-from osmo_run.run.text import one_line
+from osmo_run.run.configuring.spec import parse_shard
+from osmo_run.run.reading.rows import shown
+from osmo_run.run.reporting.paired import RegressionVerdict, Significance, paired_tests
+from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
+from osmo_run.run.writing.manifest import Manifest, read_manifest
+from osmo_run.run.writing.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
+from osmo_run.run.writing.text import one_line
 
 
 @dataclass
@@ -146,7 +146,7 @@ def render_report(
 ) -> RenderableType:
     """The summary of ``runs`` (read by :func:`summarize`), with what is missing from it:
     shards, unreadable lines (by number), rollouts not recorded."""
-    from osmo_run.run.display import render_summary
+    from osmo_run.run.executing.display import render_summary
 
     parts: list[RenderableType] = [render_summary(summary)]
     damaged = [run for run in runs or [] if run.bad_lines]
@@ -221,7 +221,7 @@ class Comparison:
     rollouts: tuple[int, int] = (0, 0)
     """Rollouts read from A and from B (error counts are compared as rates when they differ)."""
     significance: Significance | None = None
-    """The paired tests over the rows in both (see :mod:`osmo_run.run.paired`)."""
+    """The paired tests over the rows in both (see :mod:`osmo_run.run.reporting.paired`)."""
 
 
 def _outcomes(run: LoadedRun, threshold: float, categories: Counter[str]) -> dict[str, RowOutcome]:
@@ -374,7 +374,7 @@ def gate_junit(verdict: RegressionVerdict, a: LoadedRun, b: LoadedRun, target: P
 
 def gate_markdown(verdict: RegressionVerdict, diff: Comparison, a: LoadedRun, b: LoadedRun) -> str:
     """The regression gate for ``GITHUB_STEP_SUMMARY``: the verdict, both paired tests."""
-    from osmo_run.run.text import markdown_text
+    from osmo_run.run.writing.text import markdown_text
 
     mark = "❌ failed" if verdict.failed else "✅ passed"
     lines = [f"## osmo-run regression gate — {mark}", "", f"- {markdown_text(verdict.line())}"]

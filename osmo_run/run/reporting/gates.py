@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from osmo_run.errors import InputError
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.reporting.summary import RunSummary
 from osmo_run.sdk.types import ErrorCategory
 
 

@@ -21,20 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
-from osmo_run.run.breaker import cause_of_trip, failure_cause
-from osmo_run.run.manifest import Manifest, read_manifest
-from osmo_run.run.output import check_writable
-from osmo_run.run.plan import RunPlan
-from osmo_run.run.records import attempts_before_rerun, record_safe_name
-from osmo_run.run.rows import shown
-from osmo_run.run.runfiles import (
+from osmo_run.run.controls.breaker import cause_of_trip, failure_cause
+from osmo_run.run.executing.plan import RunPlan
+from osmo_run.run.reading.rows import shown
+from osmo_run.run.reporting.summary import SummaryBuilder
+from osmo_run.run.writing.manifest import Manifest, read_manifest
+from osmo_run.run.writing.output import check_writable
+from osmo_run.run.writing.records import attempts_before_rerun, record_safe_name
+from osmo_run.run.writing.runfiles import (
     BadLine,
     RunPaths,
     iter_records,
     repair_torn_tail,
     rewrite_without,
 )
-from osmo_run.run.summary import SummaryBuilder
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.types import ErrorCategory
 
@@ -58,7 +58,7 @@ class ResumeState:
     """What the display says first (``--resume`` found no run and starts one)."""
     earlier: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     """Per rollout position (row index x samples + sample) that runs again, the attempts
-    its record held (:func:`~osmo_run.run.records.attempts_before_rerun`)."""
+    its record held (:func:`~osmo_run.run.writing.records.attempts_before_rerun`)."""
 
     def skip(self, samples: int) -> Callable[[int, int], bool] | None:
         """``skip(row_index, sample_index)``: whether that rollout is not to run now."""

@@ -11,8 +11,8 @@ from types import TracebackType
 from typing import Any
 
 from osmo_run.errors import OutputError
-from osmo_run.run.masking import SecretMask
-from osmo_run.run.records import record_line
+from osmo_run.run.writing.masking import SecretMask
+from osmo_run.run.writing.records import record_line
 
 
 def check_writable(path: Path, what: str) -> None:
@@ -69,7 +69,7 @@ class OutputWriter:
 
     Every :meth:`write` reaches the OS before it returns, so a crash loses no finished row.
     ``secrets`` are masked by :meth:`record_line` (each of their forms,
-    :class:`~osmo_run.run.masking.SecretMask`), inside a record's string values only: a
+    :class:`~osmo_run.run.writing.masking.SecretMask`), inside a record's string values only: a
     line is never masked as text, where a short key (``1``, ``e``) would hit field names,
     numbers and JSON syntax. Raises :class:`OutputError` when the
     file cannot be opened or written (a full disk included); what was written before stays
@@ -134,14 +134,14 @@ class OutputWriter:
         return masked
 
     def record_line(self, record: dict[str, Any]) -> str:
-        """``record`` serialized as one line (:func:`~osmo_run.run.records.record_line`),
+        """``record`` serialized as one line (:func:`~osmo_run.run.writing.records.record_line`),
         secrets masked as :meth:`mask_record` masks them.
 
         Encoded first, and masked only when a secret's escaped form occurs in the line
-        (:meth:`~osmo_run.run.masking.SecretMask.occurs_in_json`): then the record's
+        (:meth:`~osmo_run.run.writing.masking.SecretMask.occurs_in_json`): then the record's
         values are masked and encoded again, so a short secret never touches a key, a
         number or the JSON syntax. A value JSON cannot hold is written as its ``repr``,
-        masked too. Raises what :func:`~osmo_run.run.records.record_line` raises."""
+        masked too. Raises what :func:`~osmo_run.run.writing.records.record_line` raises."""
         line = record_line(record)
         if not self._mask or not self._mask.occurs_in_json(line):
             return line

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from osmo_run.errors import SpecError
-from osmo_run.run.spec import RunSpec, format_validation_error, load_spec
+from osmo_run.run.configuring.spec import RunSpec, format_validation_error, load_spec
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ CSV) or one record batch of a row group (Parquet) in memory at a time:
 * ``payload`` is the row's JSON text (JSONL: decoded only for the rows selected), its
   columns as a dict (CSV: strings; Parquet: Python values, nested columns as dicts and
   lists, dates, times, timestamps, durations, decimals and UUIDs as strings, so every row
-  is JSON), or the :class:`~osmo_run.run.rows.RowError` that makes it unreadable.
+  is JSON), or the :class:`~osmo_run.run.reading.rows.RowError` that makes it unreadable.
 
 A file that cannot be read as a whole (not Parquet, no CSV header) raises
 :class:`~osmo_run.errors.DatasetError` naming it. The format comes from the file's
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from osmo_run.errors import BackendUnavailable, DatasetError
-from osmo_run.run.rows import KNOWN_COLUMNS, RowError, loads, shown
+from osmo_run.run.reading.rows import KNOWN_COLUMNS, RowError, loads, shown
 
 DatasetFormat = Literal["jsonl", "csv", "parquet"]
 FORMATS: tuple[DatasetFormat, ...] = ("jsonl", "csv", "parquet")

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from osmo_run.run.gates import GateFailure
-from osmo_run.run.runfiles import iter_records
-from osmo_run.run.summary import RunSummary
-from osmo_run.run.text import markdown_text
+from osmo_run.run.reporting.gates import GateFailure
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.runfiles import iter_records
+from osmo_run.run.writing.text import markdown_text
 
 _MAX_MARKDOWN_ROWS = 50
 

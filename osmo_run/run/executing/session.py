@@ -1,10 +1,10 @@
 """One run from the command line's point of view: settings in, exit code out.
 
 Shared by ``osmo-run local`` and ``osmo-run harbor``, which differ only in the backend
-factory they pass. The steps: :func:`~osmo_run.run.plan.plan_run` (check the dataset, fix
-rows, identity and paths), :func:`~osmo_run.run.resume.prepare_run_dir` (what an earlier
+factory they pass. The steps: :func:`~osmo_run.run.executing.plan.plan_run` (check the dataset, fix
+rows, identity and paths), :func:`~osmo_run.run.executing.resume.prepare_run_dir` (what an earlier
 invocation kept), the model server for ``llm: embedded``, the rows through the runner, then
-:func:`~osmo_run.run.finish.finish_run` (verdict, summary, reports).
+:func:`~osmo_run.run.executing.finish.finish_run` (verdict, summary, reports).
 """
 
 from __future__ import annotations
@@ -17,19 +17,24 @@ from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode, SpecError
-from osmo_run.run.breaker import Breaker
-from osmo_run.run.collector import tuned_for_rollouts
-from osmo_run.run.display import Display, make_display
-from osmo_run.run.finish import check_report_paths, exit_code_for, finish_run, write_summary
-from osmo_run.run.interrupts import interrupts_handled
-from osmo_run.run.manifest import write_manifest
-from osmo_run.run.output import OutputWriter, check_writable
-from osmo_run.run.plan import RunPlan, plan_run, with_model_server
-from osmo_run.run.resume import ResumeState, prepare_run_dir
-from osmo_run.run.runlock import run_locked
-from osmo_run.run.runner import Runner, work_items
-from osmo_run.run.settings import BackendContext, BackendFactory, RunSettings
-from osmo_run.run.summary import RunSummary, with_not_run
+from osmo_run.run.controls.breaker import Breaker
+from osmo_run.run.controls.interrupts import interrupts_handled
+from osmo_run.run.executing.collector import tuned_for_rollouts
+from osmo_run.run.executing.display import Display, make_display
+from osmo_run.run.executing.finish import (
+    check_report_paths,
+    exit_code_for,
+    finish_run,
+    write_summary,
+)
+from osmo_run.run.executing.plan import RunPlan, plan_run, with_model_server
+from osmo_run.run.executing.resume import ResumeState, prepare_run_dir
+from osmo_run.run.executing.runner import Runner, work_items
+from osmo_run.run.executing.settings import BackendContext, BackendFactory, RunSettings
+from osmo_run.run.reporting.summary import RunSummary, with_not_run
+from osmo_run.run.writing.manifest import write_manifest
+from osmo_run.run.writing.output import OutputWriter, check_writable
+from osmo_run.run.writing.runlock import run_locked
 from osmo_run.sdk.model_budget import Price, RunBudget
 from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
 from osmo_run.sdk.model_limits import ModelLimits

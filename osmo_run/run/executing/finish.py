@@ -13,15 +13,15 @@ from pathlib import Path
 from rich.console import Console
 
 from osmo_run.errors import ExitCode
-from osmo_run.run.aliases import check_no_aliases, run_files
-from osmo_run.run.ci_reports import append_step_summary, markdown_summary, write_junit
-from osmo_run.run.display import render_summary
-from osmo_run.run.gates import GateFailure, Gates, evaluate
-from osmo_run.run.output import check_writable
-from osmo_run.run.plan import RunPlan
-from osmo_run.run.runfiles import RunPaths
-from osmo_run.run.summary import RunSummary
-from osmo_run.run.text import one_line
+from osmo_run.run.executing.display import render_summary
+from osmo_run.run.executing.plan import RunPlan
+from osmo_run.run.reporting.ci_reports import append_step_summary, markdown_summary, write_junit
+from osmo_run.run.reporting.gates import GateFailure, Gates, evaluate
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.aliases import check_no_aliases, run_files
+from osmo_run.run.writing.output import check_writable
+from osmo_run.run.writing.runfiles import RunPaths
+from osmo_run.run.writing.text import one_line
 
 
 def exit_code_for(summary: RunSummary, failures: list[GateFailure] | None = None) -> ExitCode:
@@ -67,7 +67,7 @@ def check_report_paths(plan: RunPlan) -> None:
     """Raise :class:`~osmo_run.errors.OutputError` for a report the run could not write
     at its end (``--junit-xml``, ``--summary-md``, ``$GITHUB_STEP_SUMMARY``), and for any
     file the run writes that is a file it reads (the dataset, ``--spec``, ``--env-file``)
-    or another file it writes (:func:`~osmo_run.run.aliases.check_no_aliases`); called
+    or another file it writes (:func:`~osmo_run.run.writing.aliases.check_no_aliases`); called
     before any file changes."""
     settings = plan.settings
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -9,9 +9,9 @@ from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import InputError
-from osmo_run.run.gates import Gates
-from osmo_run.run.runfiles import RunPaths
-from osmo_run.run.spec import RunSpec
+from osmo_run.run.configuring.spec import RunSpec
+from osmo_run.run.reporting.gates import Gates
+from osmo_run.run.writing.runfiles import RunPaths
 from osmo_run.sdk.context import LLMEndpoint
 
 
@@ -48,7 +48,7 @@ class RunSettings:
     fail_fast: bool = False
     env_secrets: tuple[str, ...] = ()
     """Values from ``--env-file`` masked like API keys
-    (:func:`~osmo_run.run.envfile.env_file_secrets`)."""
+    (:func:`~osmo_run.run.configuring.envfile.env_file_secrets`)."""
     spec_file: Path | None = None
     """``--spec``: read, so no output may be written over it."""
     env_file: Path | None = None

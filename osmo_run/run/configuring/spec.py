@@ -38,10 +38,10 @@ from osmo_run.graders.base import SettingsGrader
 from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
 from osmo_run.graders.settings import SettingsError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
-from osmo_run.run.breaker import DEFAULT_BREAKER_AFTER
-from osmo_run.run.columns import ColumnMap, column_map
-from osmo_run.run.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
-from osmo_run.run.selection import ROWS, RowRanges, parse_rows
+from osmo_run.run.controls.breaker import DEFAULT_BREAKER_AFTER
+from osmo_run.run.controls.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
+from osmo_run.run.reading.columns import ColumnMap, column_map
+from osmo_run.run.reading.selection import ROWS, RowRanges, parse_rows
 from osmo_run.sdk.config import (
     DEFAULT_MAX_CONCURRENT,
     AgentWorkflowConfig,
@@ -384,7 +384,7 @@ def _requirements_shorthand_schema(schema: dict[str, Any]) -> None:
 
 class DatasetSpec(_Strict):
     """How the dataset file is read: its format, and which column plays each role (a
-    dotted path reaches into nested columns); see :mod:`osmo_run.run.columns`."""
+    dotted path reaches into nested columns); see :mod:`osmo_run.run.reading.columns`."""
 
     format: Literal["auto", "jsonl", "csv", "parquet"] = Field(
         default="auto",

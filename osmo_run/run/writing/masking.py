@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 
-from osmo_run.run.text import one_line
+from osmo_run.run.writing.text import one_line
 
 MASK = "***"
 
@@ -26,7 +26,7 @@ blank that text wherever it appears."""
 
 def secret_forms(secret: str) -> Iterator[str]:
     """The texts that stand for ``secret`` in what a run writes: the secret, its
-    JSON-escaped forms (ASCII and not), its :func:`~osmo_run.run.text.one_line` form, and
+    JSON-escaped forms (ASCII and not), its :func:`~osmo_run.run.writing.text.one_line` form, and
     the same for each of its lines of :data:`MIN_LINE_CHARS` or more (stripped) when it
     has several. May repeat a form; never yields an empty one."""
     pieces = [secret]

@@ -3,7 +3,7 @@
 The runner is the same for every backend. It keeps at most ``window`` rows in flight
 (so memory does not grow with the dataset), writes each finished row to the output at
 once, and on :meth:`Runner.interrupt` stops dispatching and records in-flight rows as
-cancelled. When its :class:`~osmo_run.run.breaker.Breaker` trips (rollouts in a row failing
+cancelled. When its :class:`~osmo_run.run.controls.breaker.Breaker` trips (rollouts in a row failing
 with one systemic cause) it stops dispatching too, but lets the rows in flight finish and
 records them as they end; only their retries of that same failure are dropped.
 """
@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.run.breaker import Breaker
-from osmo_run.run.dataset import DatasetRow
-from osmo_run.run.display import Display
-from osmo_run.run.full_errors import keep_full_error
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.records import attempt_dict, record_dict
-from osmo_run.run.retry import NO_RETRIES, RetryPolicy
-from osmo_run.run.runfiles import RunPaths
-from osmo_run.run.scrub import scrub_directory
-from osmo_run.run.summary import RunSummary, SummaryBuilder
+from osmo_run.run.controls.breaker import Breaker
+from osmo_run.run.controls.retry import NO_RETRIES, RetryPolicy
+from osmo_run.run.executing.display import Display
+from osmo_run.run.reading.dataset import DatasetRow
+from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
+from osmo_run.run.writing.full_errors import keep_full_error
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import attempt_dict, record_dict
+from osmo_run.run.writing.runfiles import RunPaths
+from osmo_run.run.writing.scrub import scrub_directory
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC, INTERRUPT_GRACE_SEC
 from osmo_run.sdk.messages import short_message
 from osmo_run.sdk.model_layer import current_model_layer

@@ -22,20 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
-from osmo_run.run.aliases import Named, check_no_aliases, run_files
-from osmo_run.run.columns import column_map
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.finish import write_summary
-from osmo_run.run.manifest import Manifest, write_manifest
-from osmo_run.run.output import OutputWriter
-from osmo_run.run.plan import with_shuffle
-from osmo_run.run.records import record_dict, record_line, record_safe_name
-from osmo_run.run.report import LoadedRun
-from osmo_run.run.runfiles import BadLine, RunPaths, iter_records
-from osmo_run.run.runlock import run_locked
-from osmo_run.run.selection import parse_rows
-from osmo_run.run.spec import RunSpec, check_grader_settings, parse_shard
-from osmo_run.run.summary import RunSummary
+from osmo_run.run.configuring.spec import RunSpec, check_grader_settings, parse_shard
+from osmo_run.run.executing.finish import write_summary
+from osmo_run.run.executing.plan import with_shuffle
+from osmo_run.run.reading.columns import column_map
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.reading.selection import parse_rows
+from osmo_run.run.reporting.report import LoadedRun
+from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.writing.aliases import Named, check_no_aliases, run_files
+from osmo_run.run.writing.manifest import Manifest, write_manifest
+from osmo_run.run.writing.output import OutputWriter
+from osmo_run.run.writing.records import record_dict, record_line, record_safe_name
+from osmo_run.run.writing.runfiles import BadLine, RunPaths, iter_records
+from osmo_run.run.writing.runlock import run_locked
 from osmo_run.sdk.config import GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import resolve_class
@@ -151,7 +151,7 @@ def regrade(
     :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
     summary and paths (its summary file written). The judge's key and ``secrets``
     (``--env-file``'s values) are masked in the new rows. The new run is locked
-    (:mod:`~osmo_run.run.runlock`) while it is written.
+    (:mod:`~osmo_run.run.writing.runlock`) while it is written.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
     :class:`OutputError` (the target already holds results and ``overwrite`` is off,

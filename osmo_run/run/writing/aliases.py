@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from osmo_run.errors import OutputError
-from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.writing.runfiles import RunPaths
 
 Named = tuple[str, Path | None]
 """What a path is for (``"--output"``, ``"the dataset"``) and the path; ``None``: not given."""

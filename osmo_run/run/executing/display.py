@@ -19,9 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from osmo_run.backends.base import ProgressPhase
-from osmo_run.run.stats import MeanEstimate
-from osmo_run.run.summary import RunSummary, UsageSummary
-from osmo_run.run.text import one_line
+from osmo_run.run.reporting.stats import MeanEstimate
+from osmo_run.run.reporting.summary import RunSummary, UsageSummary
+from osmo_run.run.writing.text import one_line
 from osmo_run.sdk.types import ExecutionResult, RolloutStatus
 
 

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from osmo_run.errors import OsmoRunError, SpecError
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.spec import RunSpec, _anchor_paths, load_spec, read_spec_yaml
+from osmo_run.run.configuring.spec import RunSpec, _anchor_paths, load_spec, read_spec_yaml
+from osmo_run.run.reading.dataset import Dataset
 from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
 
@@ -119,7 +119,7 @@ def problems_beyond_fields(
 def _check_dataset(dataset_path: Path, spec: RunSpec | None, result: Validation) -> None:
     """Read the rows a run of ``spec`` would (the same selection: ``limit``, ``rows``,
     ``shuffle``, ``seed``, ``shard``) with a run's checks, listing every bad row."""
-    from osmo_run.run.plan import spec_dataset  # plan imports much that validate need not
+    from osmo_run.run.executing.plan import spec_dataset  # plan imports much that validate need not
 
     try:
         dataset = spec_dataset(dataset_path, spec) if spec else Dataset(dataset_path)

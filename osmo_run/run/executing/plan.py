@@ -3,7 +3,7 @@ effective spec, under which identity (the manifest) and where its files go.
 
 :func:`plan_run` reads and checks the whole dataset and raises
 :class:`~osmo_run.errors.OsmoRunError` for bad input; nothing is written. The rows it
-parsed are kept for the run (:mod:`osmo_run.run.dataset`): each row is parsed once. The
+parsed are kept for the run (:mod:`osmo_run.run.reading.dataset`): each row is parsed once. The
 plan is frozen: a step that learns something new (the embedded model's address) makes a
 new plan.
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run import __version__
-from osmo_run.run.dataset import Dataset
-from osmo_run.run.manifest import Manifest
-from osmo_run.run.runfiles import RunPaths
-from osmo_run.run.selection import shuffled_pick
-from osmo_run.run.settings import RunSettings
-from osmo_run.run.spec import RunSpec
+from osmo_run.run.configuring.spec import RunSpec
+from osmo_run.run.executing.settings import RunSettings
+from osmo_run.run.reading.dataset import Dataset
+from osmo_run.run.reading.selection import shuffled_pick
+from osmo_run.run.writing.manifest import Manifest
+from osmo_run.run.writing.runfiles import RunPaths
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import SMOKE_DEADLINE_SEC
 

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from osmo_run.errors import OutputError
-from osmo_run.run.runfiles import RunPaths
+from osmo_run.run.writing.runfiles import RunPaths
 
 _RECORD_READ_TRIES = 20
 """How often the holder's record is read before saying it is unreadable: the holder
