@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -32,7 +33,10 @@ def test_local_run_never_imports_harbor(cli: CLI, tmp_path: Path, write_jsonl: W
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
     log = tmp_path / "modules.log"
-    env = cli_env(PYTHONPATH=str(hook), OSMO_TEST_MODULES_LOG=str(log))
+    # the hook first, and whatever path the tests run with after it (a worktree's own tree
+    # ahead of the installed checkout), so the child imports the code under test
+    path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    env = cli_env(PYTHONPATH=path, OSMO_TEST_MODULES_LOG=str(log))
     data = write_jsonl([{"prompt": "hi", "label": "hi"}])
     proc = cli.local(
         data,
