@@ -144,11 +144,11 @@ def regrade(
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.configuring.envfile import apply_env_file, env_file_secrets
     from osmo_run.run.configuring.spec import load_spec
-    from osmo_run.run.executing.display import render_summary
     from osmo_run.run.executing.finish import exit_code_for
     from osmo_run.run.executing.regrade import choose_grader, judge_endpoint
     from osmo_run.run.executing.regrade import regrade as regrade_run
     from osmo_run.run.reporting.report import LoadedRun
+    from osmo_run.run.reporting.summary_text import render_summary
     from osmo_run.sdk.imports import ensure_on_path
 
     if env_file is not None:

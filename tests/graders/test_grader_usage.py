@@ -14,8 +14,9 @@ import pytest
 from rich.console import Console
 
 from osmo_run import ExecutionResult, Grader, GraderContext, RolloutSample, RolloutStatus
-from osmo_run.run.executing.display import LiveDisplay, PlainDisplay, render_summary
+from osmo_run.run.executing.display import LiveDisplay, PlainDisplay
 from osmo_run.run.reporting.summary import SummaryBuilder
+from osmo_run.run.reporting.summary_text import render_summary
 from osmo_run.run.writing.records import OutputRecord, record_dict
 from osmo_run.sdk.config import GraderConfig
 from osmo_run.sdk.context import get_rollout_context

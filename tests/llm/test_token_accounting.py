@@ -11,8 +11,9 @@ from typing import Any
 from rich.console import Console
 
 from osmo_run import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext, LLMUsage
-from osmo_run.run.executing.display import LiveDisplay, PlainDisplay, render_summary
+from osmo_run.run.executing.display import LiveDisplay, PlainDisplay
 from osmo_run.run.reporting.summary import SummaryBuilder
+from osmo_run.run.reporting.summary_text import render_summary
 from osmo_run.run.writing.records import OutputRecord, record_dict
 from osmo_run.sdk.context import RolloutContext, _current, get_rollout_context
 from osmo_run.sdk.llm import record_usage

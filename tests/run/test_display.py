@@ -15,9 +15,9 @@ from osmo_run.run.executing.display import (
     NullDisplay,
     PlainDisplay,
     make_display,
-    render_summary,
 )
 from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.reporting.summary_text import render_summary
 from osmo_run.sdk.context import RolloutContext, _current
 from osmo_run.sdk.model_layer import ModelLayer, model_call, use_model_layer
 from osmo_run.sdk.model_limits import ModelLimits

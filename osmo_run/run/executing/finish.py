@@ -13,11 +13,11 @@ from pathlib import Path
 from rich.console import Console
 
 from osmo_run.errors import ExitCode
-from osmo_run.run.executing.display import render_summary
 from osmo_run.run.executing.plan import RunPlan
 from osmo_run.run.reporting.ci_reports import append_step_summary, markdown_summary, write_junit
 from osmo_run.run.reporting.gates import GateFailure, Gates, evaluate
 from osmo_run.run.reporting.summary import RunSummary
+from osmo_run.run.reporting.summary_text import render_summary
 from osmo_run.run.writing.aliases import check_no_aliases, run_files
 from osmo_run.run.writing.output import check_writable
 from osmo_run.run.writing.runfiles import RunPaths

@@ -20,6 +20,7 @@ from osmo_run.run.configuring.spec import parse_shard
 from osmo_run.run.reading.rows import shown
 from osmo_run.run.reporting.paired import RegressionVerdict, Significance, paired_tests
 from osmo_run.run.reporting.summary import RunSummary, SummaryBuilder
+from osmo_run.run.reporting.summary_text import render_summary
 from osmo_run.run.writing.manifest import Manifest, read_manifest
 from osmo_run.run.writing.runfiles import BadLine, RunPaths, first_line_is_record, iter_records
 from osmo_run.run.writing.text import one_line
@@ -146,8 +147,6 @@ def render_report(
 ) -> RenderableType:
     """The summary of ``runs`` (read by :func:`summarize`), with what is missing from it:
     shards, unreadable lines (by number), rollouts not recorded."""
-    from osmo_run.run.executing.display import render_summary
-
     parts: list[RenderableType] = [render_summary(summary)]
     damaged = [run for run in runs or [] if run.bad_lines]
     for run in damaged:
