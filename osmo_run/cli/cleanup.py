@@ -68,7 +68,7 @@ def cleanup(
     _seconds(unused_for)  # a bad duration stops before anything is removed
     for target in runs or []:
         run = LoadedRun.load(target)
-        done = run_to_completion(clean_run(run))
+        done = run_to_completion(clean_run(run.paths, run.manifest))
         typer.echo(
             f"{run.paths.directory}: removed {done.containers} containers, {done.networks} "
             f"networks, {done.trial_dirs} trial directories ({done.kept_trial_dirs} kept: "

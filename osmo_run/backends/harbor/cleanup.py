@@ -16,8 +16,8 @@ from pathlib import Path
 from osmo_run.backends.harbor import docker as docker_ops
 from osmo_run.backends.harbor.cache import forget_image, last_used
 from osmo_run.errors import DockerCommandError, InputError
-from osmo_run.run.reporting.report import LoadedRun
-from osmo_run.run.writing.runfiles import iter_records
+from osmo_run.run.writing.manifest import Manifest
+from osmo_run.run.writing.runfiles import RunPaths, iter_records
 from osmo_run.run.writing.runlock import held_by_another, lock_path, run_locked
 from osmo_run.sdk.types import BackendDetails
 
@@ -110,36 +110,32 @@ def remove_unreferenced_trial_dirs(trials_dir: Path, results: Path) -> int:
     return removed
 
 
-def kept_trial_dirs(run: LoadedRun) -> set[Path]:
-    """The trial directories result rows point at (kept for debugging), resolved."""
-    return referenced_trial_dirs(run.paths.results)
+async def clean_run(paths: RunPaths, manifest: Manifest | None) -> Cleaned:
+    """Remove the containers, networks, staging copies and unreferenced trial directories of
+    the run at ``paths``, holding its lock (:mod:`osmo_run.run.writing.runlock`) meanwhile;
+    containers of a live run of the same id in another directory stay. Takes the run's paths
+    and manifest, not a loaded report: backends sit below reporting (tests/test_layers.py).
 
-
-async def clean_run(run: LoadedRun) -> Cleaned:
-    """Remove ``run``'s containers, networks, staging copies and unreferenced trial
-    directories, holding its lock (:mod:`osmo_run.run.writing.runlock`) meanwhile; containers of a
-    live run of the same id in another directory stay.
-
-    Raises :class:`InputError` when the run has no manifest (its run id is unknown), and
+    Raises :class:`InputError` when ``manifest`` is None (the run id is unknown), and
     :class:`~osmo_run.run.writing.runlock.RunLocked` while an invocation still runs it.
     """
-    if run.manifest is None:
-        raise InputError(f"{run.paths.manifest}: missing; cannot tell which run this is")
-    with run_locked(run.paths):
-        return await _clean_unlocked(run, run.manifest.run_id)
+    if manifest is None:
+        raise InputError(f"{paths.manifest}: missing; cannot tell which run this is")
+    with run_locked(paths):
+        return await _clean_unlocked(paths, manifest.run_id)
 
 
-async def _clean_unlocked(run: LoadedRun, run_id: str) -> Cleaned:
+async def _clean_unlocked(paths: RunPaths, run_id: str) -> Cleaned:
     label = f"{docker_ops.RUN_LABEL}={run_id}"
-    own = str(lock_path(run.paths))
+    own = str(lock_path(paths))
 
     def live_elsewhere(lock_file: str) -> bool:
         return lock_file != own and held_by_another(Path(lock_file))
 
     containers, networks = await docker_ops.remove_labelled(label, keep=live_elsewhere)
-    kept = kept_trial_dirs(run)
-    staging = remove_staging(run.paths.directory)
-    removed = remove_unreferenced_trial_dirs(run.paths.trials, run.paths.results)
+    kept = referenced_trial_dirs(paths.results)
+    staging = remove_staging(paths.directory)
+    removed = remove_unreferenced_trial_dirs(paths.trials, paths.results)
     return Cleaned(containers, networks, removed, len(kept), staging)
 
 
