@@ -19,7 +19,6 @@ from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode, SpecError
 from osmo_run.run.controls.breaker import Breaker
 from osmo_run.run.controls.interrupts import interrupts_handled
-from osmo_run.run.executing.collector import tuned_for_rollouts
 from osmo_run.run.executing.display import Display, make_display
 from osmo_run.run.executing.finish import (
     check_report_paths,
@@ -27,6 +26,7 @@ from osmo_run.run.executing.finish import (
     finish_run,
     write_summary,
 )
+from osmo_run.run.executing.gc_tuning import tuned_for_rollouts
 from osmo_run.run.executing.plan import RunPlan, plan_run, with_model_server
 from osmo_run.run.executing.resume import ResumeState, prepare_run_dir
 from osmo_run.run.executing.runner import Runner, work_items
