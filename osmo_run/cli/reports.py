@@ -143,7 +143,7 @@ def regrade(
 ) -> None:
     """Grade a run's saved samples again (no workflow reruns) into a new run directory."""
     from osmo_run.run.configuring.envfile import apply_env_file, env_file_secrets
-    from osmo_run.run.configuring.spec import load_spec
+    from osmo_run.run.configuring.spec_file import load_spec
     from osmo_run.run.executing.finish import exit_code_for
     from osmo_run.run.executing.regrade import choose_grader, judge_endpoint
     from osmo_run.run.executing.regrade import regrade as regrade_run

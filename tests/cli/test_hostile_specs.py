@@ -43,7 +43,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once(
 
 
 def test_aliases_of_a_reasonable_size_are_still_read(tmp_path: Path) -> None:
-    from osmo_run.run.configuring.spec import load_spec
+    from osmo_run.run.configuring.spec_file import load_spec
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(

@@ -14,7 +14,7 @@ from osmo_run.errors import BackendUnavailable, SpecError
 from osmo_run.graders import MathEquivalence, math_equivalence
 from osmo_run.graders.settings import SettingsError
 from osmo_run.graders.workers import GraderWorkers
-from osmo_run.run.configuring.spec import check_grader_settings
+from osmo_run.run.configuring.user_code import check_grader_settings
 from tests.graders.conftest import explanation, grade
 from tests.llm.conftest import require_extra
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pytest
 
 from osmo_run.graders.settings import SettingsError, parse_settings
-from osmo_run.run.configuring.spec import load_spec
+from osmo_run.run.configuring.spec_file import load_spec
 from tests.conftest import REPO
 from tests.sdk.test_public_api import CLI_ONLY, _python311
 

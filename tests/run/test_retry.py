@@ -25,7 +25,8 @@ from osmo_run import (
 )
 from osmo_run.backends.local import LocalBackend
 from osmo_run.errors import SpecError
-from osmo_run.run.configuring.spec import RetrySpec, RunSpec, load_spec
+from osmo_run.run.configuring.spec import RetrySpec, RunSpec
+from osmo_run.run.configuring.spec_file import load_spec
 from osmo_run.run.controls.retry import DEFAULT_RETRY_CATEGORIES, RetryPolicy
 from osmo_run.run.executing.display import LiveDisplay, NullDisplay
 from osmo_run.run.executing.runner import Runner, work_items

@@ -22,7 +22,7 @@ import yaml
 
 from osmo_run.errors import SpecError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
-from osmo_run.run.configuring.spec import load_spec
+from osmo_run.run.configuring.spec_file import load_spec
 from tests.conftest import CLI, REPO
 
 SCHEMA_FILE = REPO / "schema" / "run-spec.json"

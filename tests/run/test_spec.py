@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from osmo_run.errors import SpecError
-from osmo_run.run.configuring.spec import RunSpec, load_spec, spec_json_schema
+from osmo_run.run.configuring.spec import RunSpec, spec_json_schema
+from osmo_run.run.configuring.spec_file import load_spec
 
 
 def _spec(tmp_path: Path, text: str) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from osmo_run.errors import SpecError
-from osmo_run.run.configuring.spec import load_spec
+from osmo_run.run.configuring.spec_file import load_spec
 
 
 def _load(tmp_path: Path, include: object) -> str | list[str]:

@@ -14,7 +14,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from osmo_run.errors import SpecError
-from osmo_run.run.configuring.spec import RunSpec, format_validation_error, load_spec
+from osmo_run.run.configuring.field_errors import format_validation_error
+from osmo_run.run.configuring.spec import RunSpec
+from osmo_run.run.configuring.spec_file import load_spec
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""The YAML run spec: what to run, with which limits, against which model endpoint.
+"""The YAML run spec's fields: what to run, with which limits, against which model endpoint.
 
 Relative paths inside a spec file resolve against the spec file's directory, so a spec
 means the same thing whatever directory osmo-run is started from. ``osmo-run schema``
 prints :func:`spec_json_schema` for editors; ``schema/run-spec.json`` is its output, and
-the bundled configs point at it.
+the bundled configs point at it. A spec file is read by :mod:`.spec_file`.
 
 The schema and the loader accept the same specs: values are taken as written (strict
 mode: ``concurrency: "3"`` is refused, as the schema's ``integer`` refuses it, and so are
@@ -14,30 +14,25 @@ shard's K at most its N, and YAML's ``.inf`` / ``.nan``, which JSON has no way t
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
 from pydantic.config import JsonDict
 
-from osmo_run.errors import BackendUnavailable, ImportPathError, SpecError
-from osmo_run.graders.base import SettingsGrader
-from osmo_run.graders.judge import NO_ENDPOINT as NO_JUDGE_ENDPOINT
-from osmo_run.graders.settings import SettingsError
+from osmo_run.errors import SpecError
 from osmo_run.llm.embedded import MODEL_NAME as EMBEDDED_MODEL
+from osmo_run.run.configuring.user_code import check_grader_settings
 from osmo_run.run.controls.breaker import DEFAULT_BREAKER_AFTER
 from osmo_run.run.controls.retry import DEFAULT_RETRY_CATEGORIES, NEVER_RETRIED, RetryPolicy
 from osmo_run.run.reading.columns import ColumnMap, column_map
@@ -49,9 +44,7 @@ from osmo_run.sdk.config import (
     GraderConfig,
 )
 from osmo_run.sdk.context import LLMEndpoint
-from osmo_run.sdk.imports import resolve_class
 from osmo_run.sdk.types import ErrorCategory
-from osmo_run.sdk.workflow import Grader
 
 
 class _Strict(BaseModel):
@@ -693,46 +686,6 @@ class RunSpec(_Strict):
         return config
 
 
-def check_grader_settings(
-    grader: str, settings: dict[str, Any], *, judge: bool, tolerate_missing_deps: bool = False
-) -> None:
-    """Let the grader ``grader`` names check ``settings`` (``Grader.validate_settings``),
-    so bad settings stop a run before any row: :class:`SpecError` naming the field (a
-    judging grader with no endpoint when ``judge``, the spec's judge section, is off), or
-    :class:`BackendUnavailable` naming the pip command of a missing extra (unless
-    ``tolerate_missing_deps``).
-
-    A grader path that does not resolve here is left to whoever resolves the grader (the
-    backend, ``osmo-run validate``), which reports it, or tolerates a dependency missing
-    on this host that the sandbox has.
-    """
-    try:
-        cls = resolve_class(grader, Grader, "grader")
-    except ImportPathError:
-        return
-    if not (isinstance(cls, type) and issubclass(cls, Grader)):
-        return  # an instance brings its own config
-    try:
-        cls.validate_settings(settings)
-        unnamed = (
-            None if judge or not issubclass(cls, SettingsGrader) else cls.needs_judge(settings)
-        )
-    except SettingsError as exc:
-        raise SpecError(f"{_settings_path(exc.path)}: {exc.problem} ({grader})") from None
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"grader_config.settings: {exc} ({grader})") from None
-    except ImportError as exc:
-        if tolerate_missing_deps:
-            return
-        raise BackendUnavailable(f"grader {grader}: {exc}") from None
-    if unnamed is not None:
-        raise SpecError(f"{_settings_path(unnamed)}: {NO_JUDGE_ENDPOINT} ({grader})")
-
-
-def _settings_path(path: str) -> str:
-    return f"grader_config.settings.{path}" if path else "grader_config.settings"
-
-
 def parse_shard(value: str) -> tuple[int, int]:
     """``"K/N"`` as ``(K, N)``; ``ValueError`` unless both are written in ASCII digits and
     ``1 <= K <= N``."""
@@ -743,158 +696,6 @@ def parse_shard(value: str) -> tuple[int, int]:
     if not k <= n:
         raise ValueError(f"{value!r}: K/N needs 1 <= K <= N")
     return k, n
-
-
-def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """The valid field names at ``loc`` (without its last element) in ``model``."""
-    current: Any = model
-    for part in loc[:-1]:
-        field = getattr(current, "model_fields", {}).get(part)
-        annotation = field.annotation if field is not None else None
-        candidates = [annotation, *getattr(annotation, "__args__", ())]
-        current = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        if current is None:
-            return []
-    return list(getattr(current, "model_fields", {}))
-
-
-_OWN_SETTINGS = {"workflow_config": "workflow", "grader_config": "grader"}
-_SCALAR_TYPES = frozenset({"int_type", "float_type", "bool_type"})
-
-
-def format_validation_error(source: str, exc: ValidationError, model: type[BaseModel]) -> str:
-    """One line per problem: ``source: field 'a.b': what is wrong[; did you mean 'x'?]``."""
-    lines = []
-    for error in exc.errors():
-        loc = tuple(error["loc"])
-        where = ".".join(str(p) for p in loc) or "(top level)"
-        message = error["msg"]
-        if error["type"] == "extra_forbidden":
-            message = "unknown field"
-            close = difflib.get_close_matches(str(loc[-1]), _field_names(model, loc), n=1)
-            if close:
-                message += f"; did you mean {close[0]!r}?"
-            elif len(loc) == 2 and loc[0] in _OWN_SETTINGS:
-                message += (
-                    f"; put the {_OWN_SETTINGS[str(loc[0])]}'s own options under {loc[0]}.settings"
-                )
-        elif error["type"] == "missing":
-            message = "required field is missing"
-        elif error["type"] in _SCALAR_TYPES and isinstance(error.get("input"), str):
-            message += f" (got the string {error['input']!r}; write the value without quotes)"
-        lines.append(f"{source}: field {where!r}: {message}")
-    return "\n".join(lines)
-
-
-MAX_SPEC_VALUES = 100_000
-"""How many values a spec may hold once its YAML aliases are expanded (a spec is a page of
-settings; an alias bomb expands to billions, which validation would walk for hours)."""
-
-MAX_SPEC_BYTES = 2**20
-"""The most a spec file may hold (``--spec /dev/zero`` would otherwise never end)."""
-
-MAX_SPEC_DEPTH = 64
-"""How deeply a spec's values may nest."""
-
-
-def read_spec_yaml(path: Path) -> Any:
-    """The YAML document at ``path``, parsed safely and bounded in size and depth.
-
-    Raises :class:`SpecError` naming the file (and line, for a syntax error) when it cannot
-    be read, is larger than :data:`MAX_SPEC_BYTES`, is not YAML, nests deeper than
-    :data:`MAX_SPEC_DEPTH` or expands through aliases (``&a`` / ``*a``) to more than
-    :data:`MAX_SPEC_VALUES` values.
-    """
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SPEC_BYTES + 1)
-        if len(data) > MAX_SPEC_BYTES:
-            raise SpecError(
-                f"{path}: larger than {MAX_SPEC_BYTES // 2**20} MiB; pass the YAML spec"
-            )
-        text = data.decode("utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: spec file not found") from None
-    except IsADirectoryError:
-        raise SpecError(f"{path}: is a directory; pass the spec's YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read spec: {exc}") from None
-    too_deep = SpecError(
-        f"{path}: values nest more than {MAX_SPEC_DEPTH} levels deep; flatten the settings"
-    )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}{where}: not valid YAML: {problem}") from None
-    except RecursionError:
-        raise too_deep from None
-    sizes: dict[int, int] = {}
-
-    def expanded_size(value: Any, depth: int) -> int:
-        if depth > MAX_SPEC_DEPTH:
-            raise too_deep
-        if not isinstance(value, dict | list):
-            return 1
-        known = sizes.get(id(value))
-        if known is not None:
-            return known
-        children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
-        size = 1
-        for child in children:
-            size += expanded_size(child, depth + 1)
-            if size > MAX_SPEC_VALUES:
-                raise SpecError(
-                    f"{path}: the spec expands to more than {MAX_SPEC_VALUES:,} values through "
-                    "YAML aliases (&name / *name); write the values out or make them smaller"
-                )
-        sizes[id(value)] = size
-        return size
-
-    expanded_size(data, 0)
-    return data
-
-
-def load_spec(path: Path) -> RunSpec:
-    """Read and validate a YAML spec; relative paths become relative to its directory.
-
-    Raises :class:`SpecError` naming the file and each invalid field.
-    """
-    data = read_spec_yaml(path)
-    if not isinstance(data, dict):
-        raise SpecError(
-            f"{path}: a spec is a YAML mapping with at least 'workflow: module:Class', "
-            f"got {type(data).__name__}"
-        )
-    try:
-        spec = RunSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(format_validation_error(str(path), exc, RunSpec)) from None
-    return _anchor_paths(spec, path.parent)
-
-
-def _anchor_paths(spec: RunSpec, base: Path) -> RunSpec:
-    def anchor(value: Path | None) -> Path | None:
-        return None if value is None or value.is_absolute() else base / value
-
-    harbor = spec.harbor.model_copy(
-        update={
-            "task_dir": anchor(spec.harbor.task_dir) or spec.harbor.task_dir,
-            "tasks_root": anchor(spec.harbor.tasks_root) or spec.harbor.tasks_root,
-            "trials_dir": anchor(spec.harbor.trials_dir) or spec.harbor.trials_dir,
-        }
-    )
-    return spec.model_copy(
-        update={
-            "code_dir": anchor(spec.code_dir) or spec.code_dir,
-            "output": anchor(spec.output) or spec.output,
-            "harbor": harbor,
-        }
-    )
 
 
 def spec_json_schema() -> str:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import InputError, OutputError
-from osmo_run.run.configuring.spec import RunSpec, check_grader_settings, parse_shard
+from osmo_run.run.configuring.spec import RunSpec, parse_shard
+from osmo_run.run.configuring.user_code import check_grader_settings
 from osmo_run.run.executing.finish import write_summary
 from osmo_run.run.executing.plan import with_shuffle
 from osmo_run.run.reading.columns import column_map

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from osmo_run.errors import OsmoRunError, SpecError
-from osmo_run.run.configuring.spec import RunSpec, _anchor_paths, load_spec, read_spec_yaml
+from osmo_run.run.configuring.spec import RunSpec
+from osmo_run.run.configuring.spec_file import anchor_paths, load_spec, read_spec_yaml
 from osmo_run.run.reading.dataset import Dataset
 from osmo_run.sdk.imports import DependencyImportError, ensure_on_path, resolve_class
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
@@ -94,7 +95,7 @@ def _without_bad_fields(spec_path: Path) -> tuple[RunSpec | None, frozenset[str]
         bad = frozenset(str(error["loc"][0]) for error in exc.errors() if error["loc"])
         data = {key: value for key, value in data.items() if key not in bad}
     try:
-        return _anchor_paths(RunSpec.model_validate(data), spec_path.parent), bad
+        return anchor_paths(RunSpec.model_validate(data), spec_path.parent), bad
     except ValidationError:
         return None, bad
 
