@@ -1,0 +1,1 @@
+"""The benchmark's workload families, one module each (bench/run.py runs them)."""
