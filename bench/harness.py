@@ -1,6 +1,7 @@
 """What every workload shares: the paths, a measured subprocess (wall, CPU, peak RSS, after
 the machine is quiet), the inputs (datasets, osmo-run's command line, output checks), the
-options, and --rev's snapshot of osmo_run."""
+report the workloads fill (targets, tables, notes), the options, and --rev's snapshot of
+osmo_run."""
 
 from __future__ import annotations
 
@@ -19,11 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from report import Report
-
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -293,6 +290,40 @@ def best(procs: list[Proc]) -> Proc:
 
 def step(text: str) -> None:
     print(f"[{datetime.now().strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+@dataclass
+class Target:
+    workload: str
+    what: str
+    measured: str
+    target: str
+    met: bool | None  # None: not measured
+
+
+@dataclass
+class Report:
+    sections: list[str] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+        self.sections.append("\n".join(lines))
+        print("\n" + self.sections[-1], flush=True)
+
+    def text(self, text: str) -> None:
+        self.sections.append(text)
+        print("\n" + text, flush=True)
+
+    def target(self, *args: Any) -> None:
+        self.targets.append(Target(*args))
+
+
+def fmt_rate(rate: float) -> str:
+    return f"{rate:,.0f}"
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The report: targets met or missed, measurement tables and notes, the machine's facts,
-and bench/RESULTS.md written from them."""
+"""bench/RESULTS.md, written from the report the workloads filled: the targets met or missed,
+the machine's facts, the measurement tables and notes."""
 
 from __future__ import annotations
 
@@ -8,47 +8,10 @@ import platform
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from harness import LOAD_SEEN, OSMOSIS_PY, QUIET_BELOW, QUIET_MAX_WAIT, ROOT, TREE, Options
-
-
-@dataclass
-class Target:
-    workload: str
-    what: str
-    measured: str
-    target: str
-    met: bool | None  # None: not measured
-
-
-@dataclass
-class Report:
-    sections: list[str] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def table(self, title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        lines = [f"### {title}", "", "| " + " | ".join(header) + " |"]
-        lines.append("|" + "|".join("---" for _ in header) + "|")
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-        self.sections.append("\n".join(lines))
-        print("\n" + self.sections[-1], flush=True)
-
-    def text(self, text: str) -> None:
-        self.sections.append(text)
-        print("\n" + text, flush=True)
-
-    def target(self, *args: Any) -> None:
-        self.targets.append(Target(*args))
-
-
-def fmt_rate(rate: float) -> str:
-    return f"{rate:,.0f}"
 
 
 def _version(cmd: list[str]) -> str:

@@ -31,8 +31,17 @@ from families.llm import w_llm_agents, w_llm_chat, w_llm_embedded, w_llm_harbor,
 from families.local import w_latency, w_memory, w_memory_formats, w_throughput
 from families.profiles import profiles
 from families.view import w_view
-from harness import BENCH, OSMO_RUN, OUT, BenchError, Options, rss_method_check, use_revision
-from report import Report, write_results
+from harness import (
+    BENCH,
+    OSMO_RUN,
+    OUT,
+    BenchError,
+    Options,
+    Report,
+    rss_method_check,
+    use_revision,
+)
+from report import write_results
 
 NAMES = (
     "throughput",

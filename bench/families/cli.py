@@ -18,11 +18,11 @@ from harness import (
     check_osmo_output,
     checked,
     dataset,
+    fmt_rate,
     osmo_local,
     run,
     step,
 )
-from report import fmt_rate
 
 FRAME_MARK = "in flight ("
 

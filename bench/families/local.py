@@ -21,12 +21,12 @@ from harness import (
     check_osmo_output,
     checked,
     dataset,
+    fmt_rate,
     osmo_local,
     run,
     setup_osmosis,
     step,
 )
-from report import fmt_rate
 
 
 def w_throughput(opts: Options) -> None:
