@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("backends/", "run/configuring/"),  # where a rollout runs; what the user asked for
     ("run/reporting/",),  # numbers and verdicts from results
     ("run/executing/",),  # one run start to end, a regrade, a validation
-    ("view/", "scaffold/", "testing.py"),
+    ("view/", "serve/", "client.py", "scaffold/", "testing.py"),  # what users run beside a run
     ("cli/",),
     ("__main__.py",),
 )
