@@ -14,7 +14,7 @@ import json
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from osmo_run.sdk.context import LLMEndpoint, get_rollout_context
+from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients
 from osmo_run.sdk.model_http import ModelTransport, TransportError
 from osmo_run.sdk.model_layer import answered, model_call
@@ -127,7 +127,7 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
                         raise
                 else:
                     if not is_retryable_status(response.status_code):
-                        return response
+                        return await _remembered(request, response)
                     wait = retries.next_wait(retry_after_sec(response.headers))
                     if wait is None:
                         return response
@@ -138,6 +138,24 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
             await inner.aclose()
 
     return RolloutTransport()
+
+
+async def _remembered(request: Any, response: Any) -> Any:
+    """``response``, its chat completion remembered as the rollout's latest call (for a
+    rollout that fails without a sample: :func:`~osmo_run.sdk.context.conversation_before_failure`).
+    Only a whole JSON answer is read here (the client would read it next); a stream is left
+    to the client, and nothing is parsed unless the rollout fails."""
+    rollout = _current.get()
+    if (
+        rollout is None
+        or response.status_code != 200
+        or not request.url.path.endswith("/chat/completions")
+        or "json" not in response.headers.get("content-type", "")
+    ):
+        return response
+    await response.aread()
+    rollout.record_call(request.content, response.content)
+    return response
 
 
 def _fixed_request(http: Any, request: Any) -> Any:

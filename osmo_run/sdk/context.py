@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import errno
+import json
 import os
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -61,6 +62,11 @@ class RolloutContext:
     deadline: float | None = None
     warnings: list[str] = field(default_factory=list)
     """The row's ``warnings`` so far (see :meth:`warn`)."""
+    last_call: tuple[object, object] | None = field(default=None, repr=False)
+    """The rollout's latest answered model call: what was sent (its ``messages``, or the
+    request's JSON bytes) and what came back (the reply message, or the response's JSON
+    bytes), kept as they are and read only if the rollout fails without a sample
+    (:func:`conversation_before_failure`)."""
     retrying: BaseException | None = None
     """The error a model call is retrying (set from its wait until its next answer): when
     the deadline passes meanwhile, the rollout fails with it, not with a timeout (on a
@@ -81,6 +87,12 @@ class RolloutContext:
         response; a client of your own can too. Missing token counts count as 0.
         """
         self.usage.add(prompt_tokens or 0, completion_tokens or 0, seconds)
+
+    def record_call(self, sent: object, reply: object) -> None:
+        """Remember one answered model call as the latest (see :attr:`last_call`): ``sent``
+        the messages (a list) or the request's JSON body (bytes), ``reply`` the assistant
+        message (a dict) or the response's JSON body (bytes). Costs no copy."""
+        self.last_call = (sent, reply)
 
     def record_retried_call(self) -> None:
         """Count one model call that needed at least one retry (``usage.retried_calls``)."""
@@ -225,3 +237,46 @@ def artifacts_root_from_env() -> Path | None:
     """The artifacts root a sandbox runner was given through ``OSMO_RUN_ARTIFACTS_DIR``."""
     value = os.environ.get("OSMO_RUN_ARTIFACTS_DIR")
     return Path(value) if value else None
+
+
+CALLS_BEFORE_FAILURE_KEY = "calls_before_failure"
+"""The ``info`` key of a failed rollout's conversation as its last model call saw it."""
+
+
+def conversation_before_failure(rollout: RolloutContext) -> dict[str, Any] | None:
+    """``{"model_calls": n, "messages": [...]}``: the conversation the rollout's latest
+    answered model call sent, with the reply it got, for a rollout that failed without a
+    sample (the viewer shows it as its transcript); ``None`` when it made no readable call."""
+    if rollout.last_call is None:
+        return None
+    sent, reply = rollout.last_call
+    messages = _messages_sent(sent)
+    if messages is None:
+        return None
+    answer = _reply_message(reply)
+    return {
+        "model_calls": rollout.usage.model_calls,
+        "messages": [*messages, answer] if answer is not None else messages,
+    }
+
+
+def _messages_sent(sent: object) -> list[Any] | None:
+    if isinstance(sent, bytes | bytearray):
+        try:
+            sent = json.loads(sent)
+        except (ValueError, RecursionError):
+            return None
+        sent = sent.get("messages") if isinstance(sent, dict) else None
+    return list(sent) if isinstance(sent, list) else None
+
+
+def _reply_message(reply: object) -> dict[str, Any] | None:
+    if isinstance(reply, bytes | bytearray):
+        try:
+            reply = json.loads(reply)
+        except (ValueError, RecursionError):
+            return None
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        reply = first.get("message") if isinstance(first, dict) else None
+    return dict(reply) if isinstance(reply, dict) else None

@@ -162,6 +162,10 @@ async def chat_completion(
     data = _completion(url, answer.body)
     data["_latency_sec"] = time.monotonic() - started
     record_usage(data.get("usage"), data["_latency_sec"], llm.model)
+    rollout = _current.get()
+    if rollout is not None:  # kept for a rollout that fails later without a sample
+        choice = data["choices"][0]
+        rollout.record_call(messages, choice.get("message") if isinstance(choice, dict) else None)
     return data
 
 

@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import (
+    CALLS_BEFORE_FAILURE_KEY,
     GRADER_INFO_KEY,
     AgentWorkflowContext,
     GraderContext,
     LLMEndpoint,
     RolloutContext,
     _current,
+    conversation_before_failure,
 )
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
 from osmo_run.sdk.exits import exits_as_errors
@@ -388,6 +390,10 @@ def _finish_workflow(
     usage = rollout.usage  # copied: an abandoned workflow may still be counting
     if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
         result.usage = dataclasses.replace(usage)
+        if result.sample is None and rollout.last_call is not None:  # failed: what it got to
+            before = conversation_before_failure(rollout)
+            if before is not None:
+                result.info = {**result.info, CALLS_BEFORE_FAILURE_KEY: before}
     return result
 
 

@@ -22,6 +22,7 @@ from osmo_run.run.reporting.paired import RegressionVerdict, regression_gate
 from osmo_run.run.reporting.report import Comparison, LoadedRun, compare, error_change
 from osmo_run.run.reporting.summary import RunSummary
 from osmo_run.run.writing.records import OutputRecord, record_safe_name
+from osmo_run.sdk.context import CALLS_BEFORE_FAILURE_KEY
 from osmo_run.sdk.types import BackendDetails
 from osmo_run.view import charts
 from osmo_run.view import derived as derived_cache
@@ -107,6 +108,9 @@ class RowDetail:
     record: dict[str, Any]
     format_problem: str | None
     turns: list[Turn]
+    before_failure: list[Turn]
+    """A failed rollout without a sample: the conversation its last model call saw."""
+    before_failure_calls: int
     attempts: list[dict[str, Any]]
     metrics: dict[str, Any]
     usage: dict[str, Any] | None
@@ -346,6 +350,11 @@ class RunView:
                     "\n… (cut: open the file for the rest)" if cut else ""
                 )
         dataset_row, dataset_note = self._dataset_row(record)
+        info = record.get("info")
+        before = (
+            info.get(CALLS_BEFORE_FAILURE_KEY) if isinstance(info, dict) and not sample else None
+        )
+        before = before if isinstance(before, dict) else None
         usage = record.get("usage") if isinstance(record.get("usage"), dict) else None
         return RowDetail(
             position=position,
@@ -353,6 +362,8 @@ class RunView:
             record=record,
             format_problem=problem,
             turns=transcript(sample.get("messages") if sample else None),
+            before_failure=transcript(before.get("messages")) if before else [],
+            before_failure_calls=_count(before.get("model_calls")) if before else 0,
             attempts=[a for a in record.get("attempts") or [] if isinstance(a, dict)],
             metrics=dict(sample.get("metrics") or {}) if sample else {},
             usage=usage,
@@ -488,3 +499,7 @@ def row_link(links: Links, key: str, row_id: str) -> str:
     ids, all samples together): its first sample. An id is data: ``q~3`` is the row
     ``q~3``, not sample 3 of ``q``."""
     return links.find(key, row_id, 0)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
