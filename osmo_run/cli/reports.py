@@ -61,6 +61,7 @@ def report(
         render_report,
         summarize,
     )
+    from osmo_run.run.reporting.summary import with_not_run
 
     gate_flags = fail_on_regression or junit_xml is not None
     if gate_flags and len(runs) != 2:
@@ -81,7 +82,7 @@ def report(
         summary, count, expected = summarize(loaded)
         out.print(render_report(summary, count, expected, missing, loaded))
         if expected is not None and count < expected:  # judged on every row, as the run is
-            summary.not_run = expected - count
+            summary = with_not_run(summary, expected - count)
         raise typer.Exit(int(exit_code_for(summary)))
     if len(loaded) != 2:
         raise InputError("report takes one run, two runs to compare, or the shards of one run")

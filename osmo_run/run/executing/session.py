@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 
 from rich.console import Console
@@ -249,13 +250,15 @@ def _run_rows(
                 finally:
                     display.stop()
                     await backend.aclose()
-                summary.model = layer.summary()
                 budget = layer.budget
-                if budget is not None and (
+                stopped = budget is not None and (
                     budget.refused_calls or (budget.spent and plan.rollouts > summary.total)
-                ):
-                    summary.budget = budget.stopped()
-                return summary
+                )
+                return dataclasses.replace(  # a new summary: the one built is never patched
+                    summary,
+                    model=layer.summary(),
+                    budget=budget.stopped() if stopped and budget is not None else None,
+                )
 
         with tuned_for_rollouts():
             return run_to_completion(main())
