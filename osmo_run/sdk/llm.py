@@ -165,7 +165,8 @@ async def chat_completion(
     rollout = _current.get()
     if rollout is not None:  # kept for a rollout that fails later without a sample
         choice = data["choices"][0]
-        rollout.record_call(messages, choice.get("message") if isinstance(choice, dict) else None)
+        reply = choice.get("message") if isinstance(choice, dict) else None
+        rollout.record_call(list(messages), reply)  # a copy: the caller appends to its list
     return data
 
 

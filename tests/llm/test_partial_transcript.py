@@ -30,6 +30,17 @@ class TwoCallsThenRaises(AgentWorkflow):
         raise RuntimeError("the parser choked on the model's second answer")
 
 
+class AppendsToOneList(AgentWorkflow):
+    """The usual loop: one list, each answer appended to it after the call."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> Any:
+        messages: list[dict[str, Any]] = list(ctx.prompt)
+        for _ in range(2):
+            answer = await chat_completion(messages)
+            messages.append(answer["choices"][0]["message"])
+        raise RuntimeError("failed after the second answer")
+
+
 class RaisesBeforeAnyCall(AgentWorkflow):
     async def run(self, ctx: AgentWorkflowContext) -> Any:
         raise RuntimeError("failed before asking the model")
@@ -132,3 +143,10 @@ def test_a_sample_is_never_invented_for_a_failure() -> None:
     model = MockModel(["first answer", "second answer"])
     result = run_workflow_sync(TwoCallsThenRaises, "What is 17 + 25?", model=model)
     assert result.sample is None and not isinstance(result.sample, RolloutSample)
+
+
+def test_a_workflow_appending_to_its_list_after_the_call_gets_each_message_once() -> None:
+    model = MockModel(["first answer", "second answer"])
+    result = run_workflow_sync(AppendsToOneList, "What is 17 + 25?", model=model)
+    contents = [m["content"] for m in result.info[CALLS_BEFORE_FAILURE_KEY]["messages"]]
+    assert contents == ["What is 17 + 25?", "first answer", "second answer"]
