@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harbor.trial.queue import TrialQueue
 
 from tests.conftest import require_extra
 
 require_extra("harbor", "harbor")
+
+from harbor.trial.queue import TrialQueue  # noqa: E402
 
 from osmo_run.backends.harbor import HarborBackend  # noqa: E402
 from osmo_run.sdk.config import AgentWorkflowConfig, ConcurrencyConfig  # noqa: E402
