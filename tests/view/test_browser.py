@@ -152,10 +152,12 @@ def test_keyboard_and_row_pages_stay_in_the_filtered_list(viewer: Viewer, page: 
     assert page.inner_text("h1") == listed[3]
     page.keyboard.press("Escape")
     page.wait_for_selector("#rows-table")
+    page.wait_for_load_state("load")  # the table shows before the page's keys are bound
     assert "passing=no" in page.url
     assert page.inner_text("#match-count").startswith("8 of 16 rollouts match")
 
     page.keyboard.press("/")
+    page.wait_for_function("document.activeElement && document.activeElement.name === 'q'")
     page.keyboard.type("no such text anywhere")
     page.keyboard.press("Enter")
     page.wait_for_selector("#no-match")
