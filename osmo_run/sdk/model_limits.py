@@ -5,8 +5,10 @@ of retries. :class:`EndpointLimit` keeps the calls in flight to one endpoint und
 that follows what the endpoint accepts:
 
 - it starts at :data:`INITIAL_LIMIT` (or the run's concurrency when that is lower) and
-  grows by one per answered call (slow start: it doubles every round of calls) until the
-  first 429, which halves it;
+  grows by one per accepted call (slow start: it doubles every round of calls) until the
+  first 429, which halves it. A call is accepted when it is answered, or once it has been
+  in flight :data:`ACCEPTED_AFTER_SEC` without a 429: an endpoint over its limit says so at
+  once, so a slow endpoint's limit doubles every 0.1 s instead of every answer;
 - a later 429, or a 503 that carries ``Retry-After``, multiplies it by
   :data:`DECREASE_FACTOR`, once per round: the answers of calls sent before that decrease
   do not decrease it again, and a 429 opens no slot for the next call (the endpoint is
@@ -33,6 +35,14 @@ from urllib.parse import urlsplit
 INITIAL_LIMIT = 8
 """Where an adaptive limit starts (slow start doubles it every round of calls: 1,000 is
 seven rounds away when the endpoint never says 429)."""
+
+ACCEPTED_AFTER_SEC = 0.1
+"""In slow start, a call in flight this long without a 429 counts as accepted, as an answer
+would. An endpoint over its limit answers 429 within a round trip, long before a model
+answers, so a limit growing only on answers would take seven calls' time (7 s at 1 s a
+call) to reach 1,000; growing on this clock it takes 0.7 s. The price: an endpoint that
+takes ``L`` seconds to say 429 can be sent up to ``2 ** (L / ACCEPTED_AFTER_SEC)`` times
+what it admits before its first 429 halves the limit (twice at most when ``L`` <= 0.1 s)."""
 
 SLOW_START_EXIT_FACTOR = 0.5
 """What the first 429 multiplies the limit by: slow start doubled it in the last round, so
@@ -108,6 +118,22 @@ class LimitStats:
         }
 
 
+IN_FLIGHT, ACCEPTED, ENDED = 0, 1, 2
+"""A :class:`Grant`'s state: its try is in flight, in flight and accepted on the clock
+(slow start), or ended."""
+
+
+class Grant:
+    """One slot given to one try: the round it was granted in and, in slow start, when."""
+
+    __slots__ = ("round", "sent_at", "state")
+
+    def __init__(self, granted_round: int, sent_at: float) -> None:
+        self.round = granted_round
+        self.sent_at = sent_at
+        self.state = IN_FLIGHT
+
+
 class EndpointLimit:
     """The calls in flight to one endpoint, under an adaptive or a ``fixed`` limit (see the
     module docstring). ``ceiling`` is the run's concurrency.
@@ -134,7 +160,13 @@ class EndpointLimit:
         """The limit when the endpoint last said 429."""
         self._round = 0
         """Bumped by each decrease: a throttle of a call sent before it is old news."""
-        self._waiters: collections.deque[asyncio.Future[int]] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[Grant]] = collections.deque()
+        self._unproven: collections.deque[Grant] = collections.deque()
+        """Slow start's tries in flight, oldest first, not yet counted as accepted."""
+        self._accepted_in_flight = 0
+        """Slow start's tries in flight accepted on the clock."""
+        self._clock: asyncio.TimerHandle | None = None
+        """The timer counting the oldest unproven try as accepted (slow start only)."""
 
     @property
     def limit(self) -> int:
@@ -155,28 +187,77 @@ class EndpointLimit:
         """An async context manager holding one slot for one try (see the class)."""
         return Slot(self)
 
-    async def acquire(self) -> int:
-        """Wait for a slot (in order of arrival); return the round it was granted in.
-        Cancellation while waiting gives nothing up: no slot was taken."""
+    async def acquire(self) -> Grant:
+        """Wait for a slot (in order of arrival); return its :class:`Grant`. Cancellation
+        while waiting gives nothing up: no slot was taken."""
         if self.in_flight < self.limit and not self._waiters:
             self.in_flight += 1
-            return self._round
-        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            return self._grant()
+        waiter: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self.waited += 1
+        self._arm_clock()
         try:
-            granted_round = await waiter
+            grant = await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():  # granted as it was cancelled
+                self._end(waiter.result())
                 self.in_flight -= 1
                 self._wake()
             else:
                 self._drop(waiter)
             raise
-        return granted_round  # the round it was granted in, not the one it resumed in
+        return grant  # granted in its round, not the one it resumed in
 
-    def release(self, granted_round: int, outcome: Outcome) -> None:
+    def _grant(self) -> Grant:
+        if not self._slow_start:
+            return Grant(self._round, 0.0)
+        grant = Grant(self._round, asyncio.get_running_loop().time())
+        self._unproven.append(grant)
+        return grant
+
+    def _end(self, grant: Grant) -> bool:
+        """Mark ``grant``'s try ended; whether the clock had accepted it already."""
+        accepted = grant.state == ACCEPTED
+        if accepted and self._slow_start:
+            self._accepted_in_flight -= 1
+        grant.state = ENDED
+        return accepted
+
+    def _arm_clock(self) -> None:
+        """In slow start, while calls wait, count the oldest try in flight as accepted
+        once it has been in flight :data:`ACCEPTED_AFTER_SEC` (one timer per endpoint)."""
+        if self._clock is not None or not self._slow_start or not self._waiters:
+            return
+        while self._unproven and self._unproven[0].state != IN_FLIGHT:
+            self._unproven.popleft()
+        if not self._unproven or self._limit >= self.ceiling:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._unproven[0].sent_at + ACCEPTED_AFTER_SEC
+        self._clock = loop.call_at(due, self._clock_ticked)
+
+    def _clock_ticked(self) -> None:
+        self._clock = None
+        if not self._slow_start:
+            return
+        now = asyncio.get_running_loop().time()
+        while self._unproven and self._unproven[0].sent_at + ACCEPTED_AFTER_SEC <= now:
+            grant = self._unproven.popleft()
+            if grant.state == IN_FLIGHT:
+                grant.state = ACCEPTED
+                self._accepted_in_flight += 1
+        if self._waiters:  # only a limit that holds calls back is tested by them
+            # The endpoint holds this many calls without a 429: send twice as many.
+            doubled = min(float(self.ceiling), 2.0 * self._accepted_in_flight)
+            self._limit = max(self._limit, doubled)
+            self.max = max(self.max, self.limit)
+        self._wake()
+        self._arm_clock()
+
+    def release(self, grant: Grant, outcome: Outcome) -> None:
         """Give a slot back, telling the limit how its try ended."""
+        counted = self._end(grant)
         used = self.in_flight >= self.limit or bool(self._waiters)
         """Whether the limit held calls back: only then did the answer test it (rows that
         start slowly must not grow it past what was ever sent at once)."""
@@ -185,15 +266,15 @@ class EndpointLimit:
             self.calls += 1
         if outcome is Outcome.THROTTLED:
             self.throttled += 1
-            if self.fixed is None and granted_round == self._round:
+            if self.fixed is None and grant.round == self._round:
                 self._throttled_at = self._limit
                 factor = SLOW_START_EXIT_FACTOR if self._slow_start else DECREASE_FACTOR
                 self._limit = max(1.0, self._limit * factor)
                 self._round += 1
                 if self._slow_start:  # the lowest since the limit first backed off
-                    self._slow_start = False
+                    self._end_slow_start()
                     self.min = self.limit
-        elif outcome is Outcome.ANSWERED and self.fixed is None and used:
+        elif outcome is Outcome.ANSWERED and self.fixed is None and used and not counted:
             if self._slow_start:
                 step = 1.0
             elif self._limit + 1.0 < self._throttled_at:
@@ -208,8 +289,17 @@ class EndpointLimit:
             # A 429 comes back at once while the endpoint is still full: its slot given to
             # the next call would be answered 429 too. Room opens when a call is answered.
             self._wake()
+        self._arm_clock()
 
-    def _drop(self, waiter: asyncio.Future[int]) -> None:
+    def _end_slow_start(self) -> None:
+        self._slow_start = False
+        self._unproven.clear()
+        self._accepted_in_flight = 0  # ended grants no longer look at it
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
+
+    def _drop(self, waiter: asyncio.Future[Grant]) -> None:
         try:
             self._waiters.remove(waiter)
         except ValueError:
@@ -221,7 +311,7 @@ class EndpointLimit:
             if waiter.done():  # cancelled while it waited
                 continue
             self.in_flight += 1
-            waiter.set_result(self._round)
+            waiter.set_result(self._grant())
 
     def stats(self) -> LimitStats:
         return LimitStats(
@@ -245,18 +335,19 @@ class Slot:
 
     def __init__(self, limit: EndpointLimit) -> None:
         self._limit = limit
-        self._round = -1
+        self._grant: Grant | None = None
         self._outcome = Outcome.NEUTRAL
 
     def done(self, outcome: Outcome) -> None:
         self._outcome = outcome
 
     async def __aenter__(self) -> Slot:
-        self._round = await self._limit.acquire()
+        self._grant = await self._limit.acquire()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self._limit.release(self._round, self._outcome)
+        assert self._grant is not None, "left a slot never entered"
+        self._limit.release(self._grant, self._outcome)
 
 
 def endpoint_name(url: str) -> str:

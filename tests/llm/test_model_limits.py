@@ -192,6 +192,67 @@ def test_without_429s_the_limit_grows_to_the_runs_concurrency_and_no_further() -
     assert limit.limit == limit.max == 50 and limit.throttled == 0
 
 
+def test_a_slow_endpoint_that_never_says_429_gets_every_call_before_the_first_answer() -> None:
+    """Slow start counts a call in flight ACCEPTED_AFTER_SEC without a 429 as accepted: 512
+    calls of 3 s each are all in flight long before the first answer, where growing only
+    on answers would have 8 in flight until 3 s and reach 512 only after 18 s."""
+
+    async def main() -> tuple[int, float]:
+        limit = EndpointLimit("http://x", ceiling=512)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        in_flight = 0
+        peak_before_an_answer = 0
+        first_answer_at = 0.0
+
+        async def call() -> None:
+            nonlocal in_flight, peak_before_an_answer, first_answer_at
+            async with limit.slot() as slot:
+                in_flight += 1
+                if not first_answer_at:
+                    peak_before_an_answer = max(peak_before_an_answer, in_flight)
+                await asyncio.sleep(3.0)
+                first_answer_at = first_answer_at or loop.time() - started
+                in_flight -= 1
+                slot.done(Outcome.ANSWERED)
+
+        await asyncio.gather(*(call() for _ in range(512)))
+        assert limit.throttled == 0 and limit.max <= 512
+        return peak_before_an_answer, first_answer_at
+
+    peak, first_answer_at = asyncio.run(main())
+    assert peak == 512, f"{peak} calls in flight before the first answer at {first_answer_at:.1f} s"
+
+
+def test_a_429_ends_the_clocked_slow_start() -> None:
+    """An endpoint admitting 40 slow calls: the clock doubles the limit until the first 429
+    halves it; the limit then never passes twice what the endpoint admits."""
+    limit = EndpointLimit("http://x", ceiling=1000)
+
+    async def main() -> None:
+        busy = 0
+
+        async def call() -> None:
+            nonlocal busy
+            while True:
+                async with limit.slot() as slot:
+                    if busy >= 40:
+                        slot.done(Outcome.THROTTLED)
+                    else:
+                        busy += 1
+                        await asyncio.sleep(0.5)
+                        busy -= 1
+                        slot.done(Outcome.ANSWERED)
+                        return
+                await asyncio.sleep(0.05)
+
+        await asyncio.gather(*(call() for _ in range(400)))
+
+    asyncio.run(main())
+    assert 0 < limit.throttled <= 64 + 400 // 20, limit.stats()
+    assert limit.min <= 40 and limit.limit <= 2 * 40, limit.stats()
+
+
 def test_a_fixed_limit_never_moves() -> None:
     limit = EndpointLimit("http://x", ceiling=200, fixed=200)
     asyncio.run(_simulate(limit, capacity=40, calls=400))
