@@ -182,15 +182,20 @@ def record_usage(usage: object, seconds: float, model: str | None = None) -> Non
     """
     rollout = _current.get()
     counts = []
+    uncounted = None
     for names in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
         count, unreadable = _tokens(usage, *names)
-        if unreadable is not None and rollout is not None:
-            rollout.warn(
-                f"the model's usage.{unreadable[0]} {unreadable[1]} is not a token count; "
-                "not counted"
-            )
-        counts.append(count)
-    record_spent(counts[0], counts[1], model)
+        if unreadable is not None:
+            uncounted = uncounted or unreadable[0]
+            if rollout is not None:
+                rollout.warn(
+                    f"the model's usage.{unreadable[0]} {unreadable[1]} is not a token count; "
+                    "not counted"
+                )
+        elif count is None:
+            uncounted = uncounted or names[0]
+        counts.append(count or 0)
+    record_spent(counts[0], counts[1], model, uncounted)
     if rollout is not None:
         rollout.record_llm_call(counts[0], counts[1], seconds)
 
@@ -199,9 +204,10 @@ _MAX_TOKENS = 10**15
 """More tokens than any call reports: a larger count is an endpoint's error."""
 
 
-def _tokens(usage: object, *names: str) -> tuple[int, tuple[str, str] | None]:
-    """The first of ``names`` that ``usage`` holds, as a token count (0 when none), and
-    ``(name, the value shown)`` when the value held is not a token count."""
+def _tokens(usage: object, *names: str) -> tuple[int | None, tuple[str, str] | None]:
+    """The first of ``names`` that ``usage`` holds, as a token count (``None`` when it holds
+    none of them), and ``(name, the value shown)`` when the value held is not a token count
+    (the count is then 0)."""
     for name in names:
         value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
         if value is None:
@@ -210,7 +216,7 @@ def _tokens(usage: object, *names: str) -> tuple[int, tuple[str, str] | None]:
         if integral and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
             return int(value), None
         return 0, (name, _shown(value))
-    return 0, None
+    return None, None
 
 
 def _shown(value: object) -> str:

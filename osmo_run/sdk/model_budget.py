@@ -41,7 +41,7 @@ class BudgetSpent:
     """What the run had spent when its budget stopped it (the summary's ``budget``)."""
 
     reached: str
-    """Which limit, and how far: ``tokens 1,012 of 1,000``."""
+    """Which limit, and how far: ``tokens 1,012 of 1,000 reached``."""
     tokens: int
     usd: float
     model_calls: int
@@ -50,7 +50,7 @@ class BudgetSpent:
 
     def line(self) -> str:
         return (
-            f"budget: {self.reached} reached; {self.refused_calls:,} model calls were not sent "
+            f"budget: {self.reached}; {self.refused_calls:,} model calls were not sent "
             "and no further rows were started (--resume with a larger budget continues)"
         )
 
@@ -90,6 +90,8 @@ class RunBudget:
         """Calls admitted (their first tries), earlier invocations' included."""
         self.refused_calls = 0
         self._stopped_on: str | None = None
+        self._uncounted: str | None = None
+        """Why a ``tokens`` or ``usd`` limit can no longer be kept (an answer without usage)."""
 
     @property
     def limited(self) -> bool:
@@ -103,13 +105,16 @@ class RunBudget:
         self.admitted_calls += model_calls
 
     def reached(self) -> str | None:
-        """Which limit is reached, with how far (``tokens 1,012 of 1,000``), or ``None``."""
+        """Which limit is reached, with how far (``tokens 1,012 of 1,000 reached``), or
+        ``None``."""
+        if self._uncounted is not None:
+            return self._uncounted
         if self.tokens is not None and self.spent_tokens >= self.tokens:
-            return f"tokens {self.spent_tokens:,} of {self.tokens:,}"
+            return f"tokens {self.spent_tokens:,} of {self.tokens:,} reached"
         if self.usd is not None and self.spent_usd >= self.usd:
-            return f"usd {self.spent_usd:,.4f} of {self.usd:,.4f}"
+            return f"usd {self.spent_usd:,.4f} of {self.usd:,.4f} reached"
         if self.model_calls is not None and self.admitted_calls >= self.model_calls:
-            return f"model_calls {self.admitted_calls:,} of {self.model_calls:,}"
+            return f"model_calls {self.admitted_calls:,} of {self.model_calls:,} reached"
         return None
 
     @property
@@ -139,6 +144,20 @@ class RunBudget:
             price = self.prices.get(self.default_model)
         if price is not None:
             self.spent_usd += price.cost(prompt_tokens, completion_tokens)
+
+    def uncounted(self, field: str, model: str | None) -> None:
+        """An answered call's ``usage.<field>`` was missing or unreadable: a ``tokens`` or
+        ``usd`` limit can no longer be kept, so the budget counts as spent (it fails closed:
+        the run stops sending calls rather than spend without counting)."""
+        if self._uncounted is not None or (self.tokens is None and self.usd is None):
+            return
+        limit = "budget.tokens" if self.tokens is not None else "budget.usd"
+        named = f" of model {model!r}" if model else ""
+        self._uncounted = (
+            f"{limit} cannot be kept: an answer{named} came without a usable "
+            f"usage.{field}, so its tokens could not be counted (fix the endpoint's usage, "
+            "or use budget.model_calls)"
+        )
 
     def stopped(self) -> BudgetSpent | None:
         """What stopped the run, once a call was refused or a limit reached (else ``None``)."""

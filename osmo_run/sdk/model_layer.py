@@ -116,8 +116,14 @@ def answered(status: int | None, headers: Any = None) -> Outcome:
     return outcome_of(status, has_retry_after)
 
 
-def record_spent(prompt_tokens: int, completion_tokens: int, model: str | None) -> None:
-    """Count an answered call's tokens against the current run's budget (if any)."""
+def record_spent(
+    prompt_tokens: int, completion_tokens: int, model: str | None, uncounted: str | None = None
+) -> None:
+    """Count an answered call's tokens against the current run's budget (if any).
+    ``uncounted`` names a usage field the answer lacked or held unreadable: a tokens or usd
+    budget then stops the run (it cannot be kept)."""
     layer = current_model_layer()
     if layer is not None and layer.budget is not None:
         layer.budget.record(prompt_tokens, completion_tokens, model)
+        if uncounted is not None:
+            layer.budget.uncounted(uncounted, model)

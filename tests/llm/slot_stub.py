@@ -34,9 +34,12 @@ class SlotStub:
         completion_tokens: int = 5,
         retry_after: float | None = None,
         reply: str = "Hi.",
+        usage: bool = True,
     ) -> None:
         self.slots = slots
         self.reply = reply
+        self.usage = usage
+        """Whether answers carry ``usage`` (some servers never do)."""
         self.delay_sec = delay_sec
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = completion_tokens
@@ -74,6 +77,11 @@ class SlotStub:
         finally:
             self.in_flight -= 1
         self.answered += 1
+        usage = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
         return web.json_response(
             {
                 "id": f"chatcmpl-{self.calls}",
@@ -87,11 +95,7 @@ class SlotStub:
                         "finish_reason": "stop",
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": self.prompt_tokens,
-                    "completion_tokens": self.completion_tokens,
-                    "total_tokens": self.prompt_tokens + self.completion_tokens,
-                },
+                **({"usage": usage} if self.usage else {}),
             }
         )
 

@@ -228,3 +228,34 @@ def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_pa
     (line,) = error_lines(proc.stderr)
     assert "rows in Harbor trials are not counted against a budget" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_token_budget_fails_closed_when_answers_carry_no_usage(cli: CLI, tmp_path: Path) -> None:
+    """An endpoint that never reports usage cannot be counted: the budget stops the run at
+    the first such answer instead of letting every call through uncounted."""
+    with serve_slots(SlotStub(slots=1000, delay_sec=0.05, usage=False)) as stub:
+        spec = _spec(tmp_path, workflow=TURNS, llm={"base_url": stub.base_url, "model": "m"})
+        code, text = _run(cli, tmp_path, spec, "--budget-tokens", "1000")
+
+    assert code == ExitCode.BUDGET_SPENT, text
+    # at most the calls in flight when the first answer came: one per row started
+    assert stub.answered <= 50, stub.answered
+    stop_lines = [line for line in text.splitlines() if line.startswith("budget: ")]
+    assert stop_lines, text
+    assert stop_lines[-1].startswith(
+        "budget: budget.tokens cannot be kept: an answer of model 'm' came without a usable "
+        "usage.prompt_tokens"
+    ), stop_lines
+    records = read_jsonl(_output(tmp_path))
+    assert {r["error_category"] for r in records} <= {None, "budget_exceeded"}
+    assert _summary(tmp_path)["not_run"] == ROWS - len(records) > 0
+
+
+def test_a_calls_budget_needs_no_usage(cli: CLI, tmp_path: Path) -> None:
+    with serve_slots(SlotStub(slots=1000, delay_sec=0.01, usage=False)) as stub:
+        spec = _spec(
+            tmp_path, llm={"base_url": stub.base_url, "model": "m"}, budget={"model_calls": 500}
+        )
+        code, text = _run(cli, tmp_path, spec, rows=20)
+    assert code == ExitCode.OK, text
+    assert stub.answered == 20

@@ -323,7 +323,7 @@ class Runner:
         if not self._stopped_early:
             self._stopped_early = True
             self._display.message(
-                f"budget: {layer.budget.reached()} reached; no further model call is sent "
+                f"budget: {layer.budget.reached()}; no further model call is sent "
                 "and no further rows are started"
             )
         return True
