@@ -98,7 +98,7 @@ def report(
 
     significance = diff.significance
     result = significance.passing if regression_metric == "pass" else significance.reward
-    verdict = regression_gate(result, regression_alpha, max_regression)
+    verdict = regression_gate(result, regression_alpha, max_regression, diff.only_a)
     out.print(verdict.line(), style="red" if verdict.failed else "green", highlight=False)
     if junit_xml is not None:
         gate_junit(verdict, first, second, junit_xml)

@@ -487,7 +487,7 @@ def compare_runs(a: RunEntry, b: RunEntry, links: Links) -> CompareView:
             )
         )
     verdict = (
-        regression_gate(diff.significance.passing, 0.05, 0.0)
+        regression_gate(diff.significance.passing, 0.05, 0.0, diff.only_a)
         if diff.significance is not None
         else None
     )

@@ -73,3 +73,55 @@ def test_gate_flags_that_cannot_be_used_get_one_line(cli: CLI, tmp_path: Path) -
         proc = cli("report", *args)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def _hand_edited(path: Path, rewards: dict[int, str], rows: int = 20) -> Path:
+    """A run of ``rows`` passing rows whose line ``i`` has its reward replaced by the raw
+    JSON text ``rewards[i]`` (what a hand edit or a damaged file can hold)."""
+    _run(path, [1.0] * rows)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, raw in rewards.items():
+        lines[i] = lines[i].replace('"reward": 1.0', f'"reward": {raw}', 1)
+        assert raw in lines[i]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_b_lacking_rows_of_the_baseline_fails_the_gate(cli: CLI, tmp_path: Path) -> None:
+    """Rows B lost (non-finite rewards are not records, a truncated file) are no evidence of
+    no regression: the gate used to pass on the rows left."""
+    a = _run(tmp_path / "a.jsonl", [1.0] * 20)
+    b = _hand_edited(
+        tmp_path / "b.jsonl", {1: "NaN", 2: "Infinity", 3: "-Infinity", 4: "1e400", 5: '"high"'}
+    )
+    junit = tmp_path / "gate.xml"
+    proc = cli("report", a, b, "--fail-on-regression", "--junit-xml", junit)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, out
+    assert (
+        "regression gate failed: B lacks 5 of baseline A's 20 rows (not run, or lines that "
+        "are not records)" in out
+    ), out
+    assert "reward: nan is not a finite number" in out
+    assert ET.parse(junit).getroot().get("failures") == "1"
+    assert "Traceback" not in proc.stderr
+
+
+def test_runs_with_no_row_in_common_fail_the_gate(cli: CLI, tmp_path: Path) -> None:
+    a = _run(tmp_path / "a.jsonl", [1.0] * 4)
+    b = records.write(tmp_path / "b.jsonl", [records.record(100 + i, reward=1.0) for i in range(4)])
+    proc = cli("report", a, b, "--fail-on-regression")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "regression gate failed: B lacks 4 of baseline A's 4 rows" in " ".join(
+        proc.stdout.split()
+    )
+
+
+def test_a_huge_finite_reward_is_shown_in_a_few_digits(cli: CLI, tmp_path: Path) -> None:
+    a = _run(tmp_path / "a.jsonl", [1.0] * 20)
+    b = _hand_edited(tmp_path / "b.jsonl", {0: "1e308"})
+    proc = cli("report", a, b, "--fail-on-regression", "--regression-metric", "reward")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, out
+    assert "mean reward 1.000 -> 5e+306 on 20 rows" in out, out
+    assert "00000000000" not in proc.stdout

@@ -123,6 +123,13 @@ def paired_interval(differences: Sequence[float]) -> tuple[float, float, str]:
     return mean - half, mean + half, "normal interval"
 
 
+def shown(value: float, signed: bool = False) -> str:
+    """``value`` to three decimals, or in three significant digits when it is large (a
+    hand-edited reward of 1e308 must not print a 309-digit number)."""
+    sign = "+" if signed else ""
+    return f"{value:{sign}.3f}" if abs(value) < 1e6 or math.isnan(value) else f"{value:{sign}.3g}"
+
+
 @dataclass(frozen=True)
 class PairedResult:
     """One paired test of B against A: the means, their difference (B - A) with its 95 %
@@ -148,10 +155,11 @@ class PairedResult:
         """One line: the change, its interval and the test's p-values."""
         if self.rows == 0:
             return f"{self.metric}: no rows in both runs to compare"
+        low, high = shown(self.ci_low, signed=True), shown(self.ci_high, signed=True)
         return (
-            f"{self.metric} {self.mean_a:.3f} -> {self.mean_b:.3f} on {self.rows:,} rows "
-            f"in both: {self.difference:+.3f} (95% CI {self.ci_low:+.3f} to "
-            f"{self.ci_high:+.3f}); p = {self.p_two_sided:.3g} two-sided, "
+            f"{self.metric} {shown(self.mean_a)} -> {shown(self.mean_b)} on {self.rows:,} rows "
+            f"in both: {shown(self.difference, signed=True)} (95% CI {low} to {high}); "
+            f"p = {self.p_two_sided:.3g} two-sided, "
             f"{self.p_worse:.3g} that B is worse ({self.method})"
         )
 
@@ -226,35 +234,52 @@ class RegressionVerdict:
     result: PairedResult
     alpha: float
     max_regression: float
+    missing: int = 0
+    """Rows of the baseline A that B lacks (not run, or lines that are not records)."""
 
     def line(self) -> str:
         """What a CI log says: the verdict and why, the test named."""
         r = self.result
         drop = -r.difference
+        if self.missing:
+            return (
+                f"regression gate failed: B lacks {self.missing:,} of baseline A's "
+                f"{self.missing + r.rows:,} rows (not run, or lines that are not records), and "
+                "the gate judges B on every row of A: run them in B, or compare runs of the "
+                "same rows"
+            )
         if r.rows == 0:
-            return "regression gate passed: no rows in both runs to compare"
+            return "regression gate failed: no rows in both runs to compare"
         if self.failed:
             return (
-                f"regression gate failed: {r.metric} dropped by {drop:.3f} "
+                f"regression gate failed: {r.metric} dropped by {shown(drop)} "
                 f"(more than --max-regression {self.max_regression:g}), and the paired test "
                 f"tells it from noise: p = {r.p_worse:.3g} < --regression-alpha {self.alpha:g}"
             )
         if drop <= self.max_regression:
             return (
-                f"regression gate passed: {r.metric} changed by {r.difference:+.3f}, within "
-                f"--max-regression {self.max_regression:g}"
+                f"regression gate passed: {r.metric} changed by "
+                f"{shown(r.difference, signed=True)}, within --max-regression "
+                f"{self.max_regression:g}"
             )
         return (
-            f"regression gate passed: {r.metric} dropped by {drop:.3f}, but the paired test "
+            f"regression gate passed: {r.metric} dropped by {shown(drop)}, but the paired test "
             f"cannot tell that from noise (p = {r.p_worse:.3g} >= --regression-alpha "
             f"{self.alpha:g})"
         )
 
 
-def regression_gate(result: PairedResult, alpha: float, max_regression: float) -> RegressionVerdict:
+def regression_gate(
+    result: PairedResult, alpha: float, max_regression: float, missing: int = 0
+) -> RegressionVerdict:
     """Fail when B's metric in ``result`` dropped by more than ``max_regression`` and the
     one-sided test puts that drop below ``alpha``. Under no real difference it fails at
     most ``alpha`` of the time; a drop the test cannot tell from noise passes, and the
-    verdict's line says so."""
-    failed = result.rows > 0 and -result.difference > max_regression and result.p_worse < alpha
-    return RegressionVerdict(failed, result, alpha, max_regression)
+    verdict's line says so. It also fails when B lacks ``missing`` rows of the baseline
+    (a partial or damaged B is no evidence of no regression) or no row is in both."""
+    failed = (
+        missing > 0
+        or result.rows == 0
+        or (-result.difference > max_regression and result.p_worse < alpha)
+    )
+    return RegressionVerdict(failed, result, alpha, max_regression, missing)
