@@ -18,42 +18,22 @@ from typing import Any
 
 from osmo_run.errors import ExitCode
 from tests.conftest import CLI, REPO, cli_env, error_lines, read_jsonl
+from tests.llm.endpoint_runs import CHAT, ENV, TURNS, write_rows, write_spec
 from tests.llm.slot_stub import SlotStub, serve_slots
 
-ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-CHAT = "tests.llm.llm_workflows:EndpointWorkflow"
-TURNS = "tests.llm.llm_workflows:TurnsWorkflow"
 PER_CALL = 15
 ROWS = 100
 
 
 def _spec(tmp_path: Path, **fields: Any) -> Path:
-    values: dict[str, Any] = {
-        "workflow": CHAT,
-        "code_dir": str(REPO),
-        "concurrency": 50,
-        "timeouts": {"agent_sec": 120, "grader_sec": 120},
-        **fields,
-    }
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in values.items()))
-    return spec
-
-
-def _data(tmp_path: Path, rows: int) -> Path:
-    data = tmp_path / "data.jsonl"
-    lines = (
-        json.dumps({"id": f"r{i:04d}", "prompt": "hello", "label": "Hi."}) for i in range(rows)
-    )
-    data.write_text("\n".join(lines) + "\n")
-    return data
+    return write_spec(tmp_path, **{"concurrency": 50, **fields})
 
 
 def _run(cli: CLI, tmp_path: Path, spec: Path, *args: str, rows: int = ROWS) -> tuple[int, str]:
     output = tmp_path / "out" / "results.jsonl"
     proc = cli(
         "local",
-        _data(tmp_path, rows),
+        write_rows(tmp_path, rows),
         "--spec",
         spec,
         "-o",
@@ -174,7 +154,7 @@ def test_a_usd_budget_without_the_models_price_is_one_line(cli: CLI, tmp_path: P
     llm = {"base_url": "http://127.0.0.1:9/v1", "model": "stub-model"}
     proc = cli(
         "local",
-        _data(tmp_path, 2),
+        write_rows(tmp_path, 2),
         "--spec",
         _spec(tmp_path, llm=llm),
         "--budget-usd",
@@ -192,7 +172,7 @@ def test_a_budget_the_run_could_not_count_is_refused(cli: CLI, tmp_path: Path) -
     llm = {"base_url": "http://127.0.0.1:9/v1", "model": "stub-model"}
     proc = cli(
         "local",
-        _data(tmp_path, 2),
+        write_rows(tmp_path, 2),
         "--spec",
         _spec(tmp_path, llm=llm),
         "--isolation",
@@ -211,7 +191,7 @@ def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_pa
     """Trials call their model from their containers: refused up front, no Docker asked."""
     proc = cli(
         "harbor",
-        _data(tmp_path, 2),
+        write_rows(tmp_path, 2),
         "--task-dir",
         REPO / "tasks" / "calculator",
         "--workflow",

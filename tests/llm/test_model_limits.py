@@ -19,35 +19,16 @@ import pytest
 from osmo_run.errors import ExitCode
 from osmo_run.sdk.model_layer import answered
 from osmo_run.sdk.model_limits import INITIAL_LIMIT, EndpointLimit, Outcome
-from tests.conftest import CLI, REPO, cli_env, read_jsonl
+from tests.conftest import CLI, cli_env, read_jsonl
+from tests.llm.endpoint_runs import ENV, write_rows, write_spec
 from tests.llm.slot_stub import SlotStub, serve_slots
 
-ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
-CHAT = "tests.llm.llm_workflows:EndpointWorkflow"
 SLOTS = 40
 ROWS = 600
 
 
 def _spec(tmp_path: Path, **fields: Any) -> Path:
-    values: dict[str, Any] = {
-        "workflow": CHAT,
-        "code_dir": str(REPO),
-        "concurrency": 200,
-        "timeouts": {"agent_sec": 120, "grader_sec": 120},
-        **fields,
-    }
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in values.items()))
-    return spec
-
-
-def _data(tmp_path: Path, rows: int) -> Path:
-    data = tmp_path / "data.jsonl"
-    lines = (
-        json.dumps({"id": f"r{i:04d}", "prompt": "hello", "label": "Hi."}) for i in range(rows)
-    )
-    data.write_text("\n".join(lines) + "\n")
-    return data
+    return write_spec(tmp_path, **{"concurrency": 200, **fields})
 
 
 def _run(cli: CLI, tmp_path: Path, spec: Path, rows: int = ROWS) -> tuple[int, str, Path]:
@@ -56,7 +37,7 @@ def _run(cli: CLI, tmp_path: Path, spec: Path, rows: int = ROWS) -> tuple[int, s
     output = tmp_path / "out" / "results.jsonl"
     proc = cli.subprocess(
         "local",
-        _data(tmp_path, rows),
+        write_rows(tmp_path, rows),
         "--spec",
         spec,
         "-o",
