@@ -132,35 +132,36 @@ def test_keyboard_and_row_pages_stay_in_the_filtered_list(viewer: Viewer, page: 
     no result says so, forms leave empty fields out of the URL, and a page past the last
     shows the last."""
     open_run(page, viewer, "a")
-    page.click("#quick-not-passing")
-    page.wait_for_load_state("load")
+    # A key that opens a page starts its navigation only when the page's handler runs: wait
+    # for that navigation to load (expect_navigation), never for the current page's state.
+    with page.expect_navigation():
+        page.click("#quick-not-passing")
     assert page.url.endswith("?passing=no#rows")
     listed = [r["id"] for r in rows_shown(page)]
     assert len(listed) == 8  # rewards 0.5 and 0 of ok-00..ok-11
 
     page.keyboard.press("j")
     page.keyboard.press("j")
-    page.keyboard.press("Enter")
-    page.wait_for_selector("#row-place")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
     assert page.inner_text("h1") == listed[1]
     assert page.inner_text("#row-place") == "2 of 8 matching"
-    page.keyboard.press("ArrowRight")
-    page.wait_for_load_state("load")
+    with page.expect_navigation():
+        page.keyboard.press("ArrowRight")
     assert page.inner_text("h1") == listed[2]  # the next in the list, not in the file
-    page.click("#next-row")
-    page.wait_for_load_state("load")
+    with page.expect_navigation():
+        page.click("#next-row")
     assert page.inner_text("h1") == listed[3]
-    page.keyboard.press("Escape")
-    page.wait_for_selector("#rows-table")
-    page.wait_for_load_state("load")  # the table shows before the page's keys are bound
+    with page.expect_navigation():
+        page.keyboard.press("Escape")
     assert "passing=no" in page.url
     assert page.inner_text("#match-count").startswith("8 of 16 rollouts match")
 
     page.keyboard.press("/")
     page.wait_for_function("document.activeElement && document.activeElement.name === 'q'")
     page.keyboard.type("no such text anywhere")
-    page.keyboard.press("Enter")
-    page.wait_for_selector("#no-match")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
     assert "no rows match the search “no such text anywhere”" in page.inner_text("#no-match")
     query = page.url.split("?", 1)[1].split("#")[0]
     assert sorted(p.split("=")[0] for p in query.split("&")) == ["passing", "q"]
