@@ -226,7 +226,7 @@ def _run_rows(
             display.model_status = layer.status
             layer.on_wait = display.row_waiting_for_model
             layer.on_notice = display.message
-            with OutputWriter(plan.paths.results, plan.secrets) as writer:
+            with OutputWriter(plan.paths.results, plan.secrets, turns=True) as writer:
                 runner = Runner(
                     backend,
                     writer,

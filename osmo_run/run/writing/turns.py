@@ -1,0 +1,146 @@
+"""The run's turns file (``<stem>.turns.jsonl`` beside the results, ``llm.capture: tokens``):
+one line per rollout that captured model calls, written right after its result line.
+
+A line is ``{"rollout_id": ..., "turns": [{"model", "finish_reason", "messages",
+"prompt_token_ids", "completion_token_ids", "logprobs"}, ...]}``, the turns in call order
+(:mod:`osmo_run.sdk.turns`). It is written compact (no spaces after ``,`` and ``:``: a
+10,000-token turn's ids take about 7 bytes each) and its logprobs exact, as the endpoint
+sent them (Python writes a float's shortest round-trip text, at most 24 bytes): a
+trainer's importance ratios need the sampler's own numbers, and rounding them would save
+less than the ids already take. A logprob JSON cannot hold (``-inf``, ``NaN``) is written
+``null``. Secrets are masked in its string values as in the results file.
+
+``--resume`` never duplicates a rollout's line: opening the file keeps only the lines of
+rollouts the results file holds then (the rollouts kept), so a rollout that runs again
+writes its one new line (:func:`keep_only_recorded`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from osmo_run.errors import OutputError
+from osmo_run.run.writing.runfiles import iter_records
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def turns_line(rollout_id: str, turns: list[dict[str, Any]]) -> str:
+    """One line of the turns file (see the module docstring); raises ``ValueError`` or
+    ``TypeError`` for a turn JSON cannot hold even with its non-finite numbers nulled."""
+    data = {"rollout_id": rollout_id, "turns": turns}
+    try:
+        return _ENCODER.encode(data)
+    except ValueError:  # -inf or NaN somewhere: nulled, the rest kept as it came
+        return _ENCODER.encode(_finite(data))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def keep_only_recorded(turns: Path, results: Path) -> None:
+    """Drop from ``turns`` every line whose rollout the ``results`` file does not hold (a
+    rollout about to run again, or one whose result line a crash never wrote), and a torn
+    last line; rewritten atomically, and only when something is dropped."""
+    if not turns.is_file() or turns.stat().st_size == 0:
+        return
+    recorded = (
+        {str(record.get("rollout_id")) for record in iter_records(results)}
+        if results.is_file()
+        else set()
+    )
+    kept: list[bytes] = []
+    dropped = False
+    with open(turns, "rb") as handle:
+        for raw in handle:
+            rollout_id = _rollout_id(raw) if raw.endswith(b"\n") else None
+            if rollout_id is not None and rollout_id in recorded:
+                kept.append(raw)
+                recorded.discard(rollout_id)  # one line per rollout, the first
+            else:
+                dropped = True
+    if not dropped:
+        return
+    tmp = turns.with_name(turns.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.writelines(kept)
+        out.flush()
+        os.fsync(out.fileno())
+    tmp.replace(turns)
+
+
+def _rollout_id(raw: bytes) -> str | None:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return str(data["rollout_id"]) if isinstance(data, dict) and "rollout_id" in data else None
+
+
+class TurnsWriter:
+    """Appends lines to the turns file at ``path`` (created ``0600`` on the first line:
+    a run that captures nothing leaves no file), each reaching the OS before
+    :meth:`write` returns, as results do. ``mask`` replaces secrets in a string; the
+    line is masked value-wise only when ``occurs`` says a secret may be in it. Raises
+    :class:`OutputError` when the file cannot be written."""
+
+    def __init__(
+        self,
+        path: Path,
+        mask: Callable[[Any], Any],
+        occurs: Callable[[str], bool],
+    ) -> None:
+        self.path = path
+        self._mask_values = mask
+        self._occurs = occurs
+        self._fd: int | None = None
+        self._size = 0
+        self.lines_written = 0
+
+    def write(self, rollout_id: str, turns: list[dict[str, Any]]) -> None:
+        """Append ``rollout_id``'s turns as one line, secrets masked."""
+        line = turns_line(rollout_id, turns)
+        if self._occurs(line):
+            line = turns_line(rollout_id, self._mask_values(turns))
+        data = (line + "\n").encode("utf-8", "backslashreplace")
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            except OSError as exc:
+                message = f"{self.path}: cannot open the turns file: {exc.strerror}"
+                raise OutputError(message) from None
+            self._size = os.fstat(self._fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # drop the partial line: the file stays valid
+                os.ftruncate(self._fd, self._size)
+            hint = "; free some space" if exc.errno == errno.ENOSPC else ""
+            raise OutputError(
+                f"{self.path}: writing a rollout's turns failed: {exc.strerror}{hint}"
+            ) from None
+        self._size += len(data)
+        self.lines_written += 1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
