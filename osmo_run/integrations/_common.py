@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients
 from osmo_run.sdk.model_http import ModelTransport, TransportError
-from osmo_run.sdk.model_layer import answered, model_call
+from osmo_run.sdk.model_layer import answered, model_call, note_no_token_ids
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
@@ -25,6 +25,7 @@ from osmo_run.sdk.model_retry import (
     is_retryable_status,
     retry_after_sec,
 )
+from osmo_run.sdk.turns import CAPTURE_FIELDS, has_token_ids, turn_of
 from osmo_run.sdk.types import LLMUsage, Message
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _aiohttp_transport_class(http: ModuleType) -> Any | None:
         return None
 
 
-def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
+def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy, capture: bool) -> Any:
     """An async transport of the ``http`` module around ``inner`` that applies
     :func:`fill_assistant_content` to chat-completion requests and retries 429, 408, 5xx
     answers and failed connections per call (:mod:`osmo_run.sdk.model_retry`; the client
@@ -109,12 +110,14 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
     ``BudgetExceededError``, which openai wraps in ``APIConnectionError``). A call whose
     tries run out returns its last answer (openai raises ``RateLimitError``,
     ``InternalServerError``...) or raises its last connection error
-    (``APIConnectionError``)."""
+    (``APIConnectionError``). With ``capture`` (``llm.capture: tokens``) a chat-completion
+    request also asks for token ids and logprobs and its whole JSON answer is recorded as
+    the rollout's next turn (:mod:`osmo_run.sdk.turns`; a streamed answer is not)."""
 
     class RolloutTransport(http.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
             if request.method == "POST" and request.url.path.endswith("/chat/completions"):
-                request = _fixed_request(http, request)
+                request = _fixed_request(http, request, capture)
             retries = CallRetries(retry)
             while True:
                 try:  # under the run's limit for the endpoint and its budget
@@ -127,7 +130,7 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
                         raise
                 else:
                     if not is_retryable_status(response.status_code):
-                        return await _remembered(request, response)
+                        return await _remembered(request, response, capture)
                     wait = retries.next_wait(retry_after_sec(response.headers))
                     if wait is None:
                         return response
@@ -140,7 +143,7 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
     return RolloutTransport()
 
 
-async def _remembered(request: Any, response: Any) -> Any:
+async def _remembered(request: Any, response: Any, capture: bool = False) -> Any:
     """``response``, its chat completion remembered as the rollout's latest call (for a
     rollout that fails without a sample: :func:`~osmo_run.sdk.context.conversation_before_failure`).
     Only a whole JSON answer is read here (the client would read it next); a stream is left
@@ -155,20 +158,47 @@ async def _remembered(request: Any, response: Any) -> Any:
         return response
     await response.aread()
     rollout.record_call(request.content, response.content)
+    if capture:
+        _record_turn(rollout, str(request.url), request.content, response.content)
     return response
 
 
-def _fixed_request(http: Any, request: Any) -> Any:
-    """``request`` with :func:`fill_assistant_content` applied to its JSON body (the same
-    request when nothing needs it: most bodies carry no tool calls and are not parsed)."""
+def _record_turn(rollout: Any, url: str, sent: bytes, answer: bytes) -> None:
+    """Record the turn of one answered chat completion (JSON bodies) on ``rollout``; an
+    answer that is not a JSON object is left to the client to complain about."""
+    try:
+        request, data = json.loads(sent), json.loads(answer)
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(data, dict):
+        return
+    messages = request.get("messages") if isinstance(request, dict) else None
+    turn = turn_of(messages, data)
+    rollout.record_turn(turn)
+    if not has_token_ids(turn):
+        note_no_token_ids(url)
+
+
+def _fixed_request(http: Any, request: Any, capture: bool = False) -> Any:
+    """``request`` with :func:`fill_assistant_content` applied to its JSON body and, with
+    ``capture``, :data:`~osmo_run.sdk.turns.CAPTURE_FIELDS` the body does not set (the
+    same request when nothing needs it: without capture, most bodies carry no tool calls
+    and are not parsed)."""
     body = request.content  # openai sends its JSON body as bytes, already read
-    if b'"tool_calls"' not in body:
+    if not capture and b'"tool_calls"' not in body:
         return request
     try:
         data = json.loads(body)
     except ValueError:
         return request
-    if not (isinstance(data, dict) and fill_assistant_content(data.get("messages"))):
+    if not isinstance(data, dict):
+        return request
+    changed = fill_assistant_content(data.get("messages"))
+    if capture and not data.get("stream"):  # a stream is not recorded: ask nothing more
+        missing = {key: value for key, value in CAPTURE_FIELDS.items() if key not in data}
+        data.update(missing)
+        changed = changed or bool(missing)
+    if not changed:
         return request
     content = json.dumps(data).encode()
     headers = request.headers.copy()
@@ -239,7 +269,9 @@ def _new_openai_client(endpoint: LLMEndpoint, clients: ModelClients | None) -> A
         api_key=endpoint.api_key or PLACEHOLDER_API_KEY,
         max_retries=0,  # retried per call by the transport, within the rollout's deadline
         http_client=client_class(
-            transport=_fixing_transport(http, inner, retry), limits=limits, timeout=600.0
+            transport=_fixing_transport(http, inner, retry, endpoint.capture_tokens),
+            limits=limits,
+            timeout=600.0,
         ),
     )
 
@@ -258,7 +290,7 @@ def openai_client(endpoint: LLMEndpoint) -> AsyncOpenAI:
     if clients is None:
         return _new_openai_client(endpoint, None)
     return clients.shared(
-        ("openai", endpoint.base_url, endpoint.api_key),
+        ("openai", endpoint.base_url, endpoint.api_key, endpoint.capture_tokens),
         lambda: _new_openai_client(endpoint, clients),
         _close_openai,
         kind="openai",
