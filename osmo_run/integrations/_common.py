@@ -111,8 +111,9 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy, capture: bo
     tries run out returns its last answer (openai raises ``RateLimitError``,
     ``InternalServerError``...) or raises its last connection error
     (``APIConnectionError``). With ``capture`` (``llm.capture: tokens``) a chat-completion
-    request also asks for token ids and logprobs and its whole JSON answer is recorded as
-    the rollout's next turn (:mod:`osmo_run.sdk.turns`; a streamed answer is not)."""
+    request also asks for token ids and logprobs and its answer is recorded as the
+    rollout's next turn (:mod:`osmo_run.sdk.turns`): a JSON answer once read, a streamed
+    one once the client has read it to its end (:func:`_captured_stream`)."""
 
     class RolloutTransport(http.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
@@ -130,6 +131,8 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy, capture: bo
                         raise
                 else:
                     if not is_retryable_status(response.status_code):
+                        if capture and _is_stream(request, response):
+                            return _captured_stream(http, request, response)
                         return await _remembered(request, response, capture)
                     wait = retries.next_wait(retry_after_sec(response.headers))
                     if wait is None:
@@ -163,11 +166,118 @@ async def _remembered(request: Any, response: Any, capture: bool = False) -> Any
     return response
 
 
-def _record_turn(rollout: Any, url: str, sent: bytes, answer: bytes) -> None:
-    """Record the turn of one answered chat completion (JSON bodies) on ``rollout``; an
-    answer that is not a JSON object is left to the client to complain about."""
+def _is_stream(request: Any, response: Any) -> bool:
+    return (
+        response.status_code == 200
+        and request.url.path.endswith("/chat/completions")
+        and "event-stream" in response.headers.get("content-type", "")
+    )
+
+
+def _captured_stream(http: Any, request: Any, response: Any) -> Any:
+    """``response`` (a streamed chat completion) passing its bytes on to the client as
+    they come and keeping a copy; once the client has read it or closed it, the chunks are
+    put together (:func:`stream_answer`) and recorded as the rollout's next turn. A
+    stream that never got to its finish reason records nothing."""
+    rollout = _current.get()
+    if rollout is None:
+        return response
+    url, sent = str(request.url), request.content
+    inner = response.stream
+
+    class CapturedStream(http.AsyncByteStream):
+        def __init__(self) -> None:
+            self.parts: list[bytes] = []
+            self.recorded = False
+
+        async def __aiter__(self) -> Any:
+            async for chunk in inner:
+                self.parts.append(chunk)
+                yield chunk
+            self.record()
+
+        def record(self) -> None:
+            """Record the turn once, when the stream got to its finish reason (openai's
+            client stops reading at ``[DONE]`` and closes the stream)."""
+            if self.recorded:
+                return
+            self.recorded = True
+            answer = stream_answer(b"".join(self.parts))
+            choice = answer["choices"][0] if answer is not None else {}
+            if answer is not None and choice.get("finish_reason") is not None:
+                _record_turn(rollout, url, sent, answer)
+
+        async def aclose(self) -> None:
+            self.record()
+            await inner.aclose()
+
+    return http.Response(
+        response.status_code,
+        headers=response.headers,
+        stream=CapturedStream(),
+        extensions=response.extensions,
+        request=request,
+    )
+
+
+def stream_answer(events: bytes) -> dict[str, Any] | None:
+    """A streamed chat completion (server-sent events) as the one JSON answer it adds up
+    to, for :func:`~osmo_run.sdk.turns.turn_of`: ``model``, ``prompt_token_ids`` (vLLM
+    sends it with the first chunk) and one choice whose ``token_ids`` and
+    ``logprobs.content`` are every chunk's in order and whose ``finish_reason`` is the
+    last given. ``None`` when no chunk can be read."""
+    answer: dict[str, Any] = {}
+    choice: dict[str, Any] = {}
+    token_ids: list[Any] = []
+    logprobs: list[Any] = []
+    seen = got_ids = got_logprobs = False
+    for line in events.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            break
+        try:
+            chunk = json.loads(payload)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        seen = True
+        for key in ("model", "prompt_token_ids"):
+            if chunk.get(key) is not None:
+                answer[key] = chunk[key]
+        choices = chunk.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(first, dict):
+            continue
+        if first.get("prompt_token_ids") is not None:
+            choice["prompt_token_ids"] = first["prompt_token_ids"]
+        if isinstance(first.get("token_ids"), list):
+            token_ids += first["token_ids"]
+            got_ids = True
+        content = first.get("logprobs", {}) if isinstance(first.get("logprobs"), dict) else {}
+        if isinstance(content.get("content"), list):
+            logprobs += content["content"]
+            got_logprobs = True
+        if first.get("finish_reason") is not None:
+            choice["finish_reason"] = first["finish_reason"]
+    if not seen:
+        return None
+    if got_ids:
+        choice["token_ids"] = token_ids
+    if got_logprobs:
+        choice["logprobs"] = {"content": logprobs}
+    return {**answer, "choices": [choice]}
+
+
+def _record_turn(rollout: Any, url: str, sent: bytes, answer: bytes | dict[str, Any]) -> None:
+    """Record the turn of one answered chat completion (``sent`` its JSON body, ``answer``
+    the JSON answer or a streamed one put together) on ``rollout``; an answer that is not
+    a JSON object is left to the client to complain about."""
     try:
-        request, data = json.loads(sent), json.loads(answer)
+        request = json.loads(sent)
+        data = json.loads(answer) if isinstance(answer, bytes) else answer
     except (ValueError, RecursionError):
         return
     if not isinstance(data, dict):
@@ -194,7 +304,7 @@ def _fixed_request(http: Any, request: Any, capture: bool = False) -> Any:
     if not isinstance(data, dict):
         return request
     changed = fill_assistant_content(data.get("messages"))
-    if capture and not data.get("stream"):  # a stream is not recorded: ask nothing more
+    if capture:
         missing = {key: value for key, value in CAPTURE_FIELDS.items() if key not in data}
         data.update(missing)
         changed = changed or bool(missing)

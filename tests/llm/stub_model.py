@@ -14,7 +14,8 @@ HTTP exchange is real. It answers ``POST /v1/chat/completions``:
 - with ``token_ids`` set, answers as vLLM's OpenAI-compatible server does to a request
   with ``return_token_ids`` and ``logprobs``: ``prompt_token_ids``, ``choices[0].token_ids``
   and ``choices[0].logprobs.content[*].logprob``, numbers new on every call (and kept in
-  ``token_answers``, in call order) so a test can tell one call's ids from another's.
+  ``token_answers``, in call order) so a test can tell one call's ids from another's; a
+  stream carries them spread over its chunks.
 
 ``port`` (default: any free one) lets a test bring an endpoint up where a run found none.
 ``fail_next(n, status, retry_after)`` answers the next ``n`` calls with ``status``.
@@ -238,6 +239,8 @@ class _Handler(BaseHTTPRequestHandler):
             {**base, "object": "chat.completion.chunk", **chunk}
             for chunk in _chunks(message, finish, usage)
         ]
+        top, extra = self.server.vllm_fields(body, prompt_tokens, completion_tokens)
+        _spread_over(chunks, top, extra)
         data = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
         return 200, "text/event-stream", data.encode(), {}
 
@@ -259,6 +262,22 @@ def _chunks(
     yield {"choices": [{"index": 0, "delta": delta}]}
     yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
     yield {"choices": [], "usage": usage}
+
+
+def _spread_over(chunks: list[dict[str, Any]], top: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Put vLLM's fields in a stream as it does: ``prompt_token_ids`` with the first chunk,
+    the completion's ids and logprobs split over the chunks that carry a choice (the
+    first gets all but the last, the second the last)."""
+    chunks[0].update(top)
+    with_choice = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+    ids = extra.get("token_ids")
+    content = (extra.get("logprobs") or {}).get("content")
+    for index, choice in enumerate(with_choice[:2]):
+        part = slice(None, -1) if index == 0 else slice(-1, None)
+        if ids is not None:
+            choice["token_ids"] = ids[part]
+        if content is not None:
+            choice["logprobs"] = {"content": content[part]}
 
 
 def serve(server: StubModel) -> Iterator[StubModel]:
