@@ -103,6 +103,9 @@ class ServeSettings:
     agent_timeout_sec: float | None = None
     """Used when a request gives none (osmosis: unbounded)."""
     grader_timeout_sec: float | None = None
+    capture_tokens: bool = False
+    """The spec's ``llm.capture: tokens``: each rollout's calls to its request's endpoint
+    are captured, and its terminal answer carries them as ``turns``."""
 
 
 class StartGate:
@@ -258,7 +261,12 @@ class ServedRollouts:
             agent_timeout_sec=settings.agent_timeout_sec if agent is None else agent,
             grader_timeout_sec=settings.grader_timeout_sec if grader is None else grader,
             grade=request.grade,
-            llm=LLMEndpoint(request.chat_completions_url, settings.model_name, request.llm_api_key),
+            llm=LLMEndpoint(
+                request.chat_completions_url,
+                settings.model_name,
+                request.llm_api_key,
+                capture_tokens=settings.capture_tokens,
+            ),
         )
         index = self._next_index
         self._next_index += 1
@@ -351,6 +359,8 @@ class ServedRollouts:
                 entry.answer = lease_expired_answer(entry.rollout_id)
             else:  # from the record as written: the run's secrets masked
                 entry.answer = wire_result(ExecutionResult.from_dict(record), entry.label)
+                if self.settings.capture_tokens:  # as the turns file holds them: masked
+                    entry.answer["turns"] = result.turns or []
         entry.finished_at = now
         entry.item = None
         self._set_status(entry, result.status)

@@ -112,11 +112,13 @@ class TurnsWriter:
         self._size = 0
         self.lines_written = 0
 
-    def write(self, rollout_id: str, turns: list[dict[str, Any]]) -> None:
-        """Append ``rollout_id``'s turns as one line, secrets masked."""
+    def write(self, rollout_id: str, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Append ``rollout_id``'s turns as one line, secrets masked; return the turns as
+        written (``turns`` itself when no secret was in them, else a masked copy)."""
         line = turns_line(rollout_id, turns)
         if self._occurs(line):
-            line = turns_line(rollout_id, self._mask_values(turns))
+            turns = self._mask_values(turns)
+            line = turns_line(rollout_id, turns)
         data = (line + "\n").encode("utf-8", "backslashreplace")
         if self._fd is None:
             try:
@@ -138,6 +140,7 @@ class TurnsWriter:
             ) from None
         self._size += len(data)
         self.lines_written += 1
+        return turns
 
     def close(self) -> None:
         if self._fd is not None:
