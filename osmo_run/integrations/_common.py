@@ -25,7 +25,7 @@ from osmo_run.sdk.model_retry import (
     is_retryable_status,
     retry_after_sec,
 )
-from osmo_run.sdk.turns import CAPTURE_FIELDS, has_token_ids, turn_of
+from osmo_run.sdk.turns import CAPTURE_FIELDS, missing_ids, turn_of
 from osmo_run.sdk.types import LLMUsage, Message
 
 if TYPE_CHECKING:
@@ -285,8 +285,8 @@ def _record_turn(rollout: Any, url: str, sent: bytes, answer: bytes | dict[str, 
     messages = request.get("messages") if isinstance(request, dict) else None
     turn = turn_of(messages, data)
     rollout.record_turn(turn)
-    if not has_token_ids(turn):
-        note_no_token_ids(url)
+    if missing := missing_ids(turn):
+        note_no_token_ids(url, missing)
 
 
 def _fixed_request(http: Any, request: Any, capture: bool = False) -> Any:

@@ -31,7 +31,7 @@ from osmo_run.sdk.model_retry import (
     is_retryable_status,
     retry_after_sec,
 )
-from osmo_run.sdk.turns import has_token_ids, turn_of, with_capture_fields
+from osmo_run.sdk.turns import missing_ids, turn_of, with_capture_fields
 from osmo_run.sdk.types import Message
 
 __all__ = ["ModelAPIError", "RateLimitError", "chat_completion", "record_usage"]
@@ -176,8 +176,8 @@ async def chat_completion(
         if llm.capture_tokens:
             turn = turn_of(sent, data)
             rollout.record_turn(turn)
-            if not has_token_ids(turn):
-                note_no_token_ids(url)
+            if missing := missing_ids(turn):
+                note_no_token_ids(url, missing)
     return data
 
 

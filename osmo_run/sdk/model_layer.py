@@ -129,11 +129,12 @@ def record_spent(prompt_tokens: int, completion_tokens: int, model: str | None) 
         layer.budget.record(prompt_tokens, completion_tokens, model)
 
 
-def note_no_token_ids(url: str) -> None:
+def note_no_token_ids(url: str, missing: str = "token ids") -> None:
     """Say once per run (once per process outside one) that ``url`` answers without
-    token ids, on the run's display or stderr: never once per call."""
+    ``missing`` (``"token ids"``, ``"prompt token ids"``...), on the run's display or
+    stderr: never once per call."""
     layer = current_model_layer()
     if layer is None:
-        note_missing_ids(url)
+        note_missing_ids(url, missing)
     else:
-        note_missing_ids(url, layer.noted_endpoints, layer.on_notice)
+        note_missing_ids(url, missing, layer.noted_endpoints, layer.on_notice)

@@ -11,7 +11,9 @@ completion's (``choices[0].token_ids``), each completion token's logprob
 as sent. The rollout keeps them in call order (:meth:`RolloutContext.record_turn`), also
 when it fails, and the run writes them to its turns file.
 
-An endpoint whose answers carry no token ids is said once per endpoint
+Where the answer has no ``token_ids`` but each logprob entry carries its token's ``id``
+(llama.cpp's server, the embedded model's), those are the completion's ids. An endpoint
+whose answers lack prompt or completion ids is said once per endpoint
 (:func:`note_missing_ids`), never per call; its turns are recorded with what came. Stdlib
 only: this module runs in sandboxes too.
 """
@@ -56,23 +58,43 @@ def turn_of(messages: object, data: dict[str, Any]) -> dict[str, Any]:
     prompt_ids = data.get("prompt_token_ids")
     if prompt_ids is None:  # some servers put it on the choice
         prompt_ids = choice.get("prompt_token_ids")
+    completion_ids = _list_or_none(choice.get("token_ids"))
+    if completion_ids is None:  # llama.cpp's server gives each logprob entry its token's id
+        completion_ids = _logprob_ids(choice.get("logprobs"))
     return {
         "model": data.get("model"),
         "finish_reason": choice.get("finish_reason"),
         "messages": messages,
         "prompt_token_ids": prompt_ids if isinstance(prompt_ids, list) else None,
-        "completion_token_ids": _list_or_none(choice.get("token_ids")),
+        "completion_token_ids": completion_ids,
         "logprobs": _logprobs(choice.get("logprobs")),
     }
 
 
-def has_token_ids(turn: dict[str, Any]) -> bool:
-    """Whether the answer of ``turn`` carried the completion's token ids."""
-    return turn.get("completion_token_ids") is not None
+def missing_ids(turn: dict[str, Any]) -> str | None:
+    """What ids the answer of ``turn`` lacked (``"token ids"``, ``"prompt token ids"``,
+    ``"completion token ids"``), or ``None`` when it had both."""
+    prompt = turn.get("prompt_token_ids") is None
+    completion = turn.get("completion_token_ids") is None
+    if prompt and completion:
+        return "token ids"
+    if prompt:
+        return "prompt token ids"
+    return "completion token ids" if completion else None
 
 
 def _list_or_none(value: object) -> list[Any] | None:
     return value if isinstance(value, list) else None
+
+
+def _logprob_ids(value: object) -> list[Any] | None:
+    """The token ids of an OpenAI-style ``logprobs`` object whose every entry carries its
+    token's ``id`` (llama.cpp's server does; OpenAI and vLLM do not), else ``None``."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    ids = [entry.get("id") if isinstance(entry, dict) else None for entry in content]
+    return ids if all(type(i) is int for i in ids) else None
 
 
 def _logprobs(value: object) -> list[Any] | None:
@@ -90,16 +112,20 @@ _noted_lock = threading.Lock()
 NoticeSink = Callable[[str], None]
 
 
-def missing_ids_notice(url: str) -> str:
-    """The one line said about an endpoint whose answers carry no token ids."""
+def missing_ids_notice(url: str, missing: str = "token ids") -> str:
+    """The one line said about an endpoint whose answers lack ``missing`` (see
+    :func:`missing_ids`)."""
     return (
-        f"llm.capture: {url} answers without token ids (return_token_ids is vLLM's); "
-        "its turns are recorded with the messages, model and finish reason that came"
+        f"llm.capture: {url} answers without {missing} (return_token_ids is vLLM's); "
+        "its turns are recorded with what came, nothing re-tokenised"
     )
 
 
 def note_missing_ids(
-    url: str, noted: set[str] | None = None, sink: NoticeSink | None = None
+    url: str,
+    missing: str = "token ids",
+    noted: set[str] | None = None,
+    sink: NoticeSink | None = None,
 ) -> None:
     """Say :func:`missing_ids_notice` for ``url`` once: once in ``noted`` (a run's set)
     or, without one, once in this process; to ``sink`` (the run's display) or else on
@@ -109,7 +135,7 @@ def note_missing_ids(
         if url in seen:
             return
         seen.add(url)
-    line = missing_ids_notice(url)
+    line = missing_ids_notice(url, missing)
     if sink is not None:
         sink(line)
     else:

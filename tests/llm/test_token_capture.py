@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from osmo_run import AgentWorkflow, AgentWorkflowContext
+from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
+from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.llm import chat_completion
 from osmo_run.sdk.turns import missing_ids_notice
 from osmo_run.sdk.types import RolloutStatus
@@ -116,3 +117,44 @@ def test_an_endpoint_without_ids_is_said_once_for_fifty_calls(
     assert result.turns[0]["finish_reason"] == "stop"  # recorded with what came
     notice = missing_ids_notice(stub_model.endpoint.chat_completions_url)
     assert capsys.readouterr().err.splitlines() == [notice]
+
+
+class TwoCallsKeepingTheAnswers(AgentWorkflow):
+    """Two short calls; the answers' own per-token ids (llama.cpp puts one on each logprob
+    entry) in ``info`` for the test to compare."""
+
+    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+        messages: list[dict[str, Any]] = list(ctx.prompt)
+        answers = []
+        for _ in range(2):
+            answer = await chat_completion(messages, max_tokens=6, temperature=0.0)
+            answers.append(
+                {
+                    "ids": [e["id"] for e in answer["choices"][0]["logprobs"]["content"]],
+                    "completion_tokens": answer["usage"]["completion_tokens"],
+                }
+            )
+            messages += [answer["choices"][0]["message"], {"role": "user", "content": "more"}]
+        return AgentWorkflowOutput(messages=messages[:-1], info={"answers": answers})
+
+
+def test_the_embedded_models_server_gives_completion_ids_and_logprobs_not_prompt_ids(
+    embedded_llm: LLMEndpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """llama.cpp's server answers ``logprobs: true`` with each token's id and logprob (it
+    knows no ``return_token_ids``): the completion's ids are those, exactly; the prompt's
+    ids do not come, which is said once."""
+    llm = dataclasses.replace(embedded_llm, capture_tokens=True)
+    result = run_workflow_sync(TwoCallsKeepingTheAnswers, "Say hi", llm=llm, timeout_sec=300)
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert result.turns is not None and len(result.turns) == 2
+    answers = result.info["answers"]
+    for turn, answer in zip(result.turns, answers, strict=True):
+        assert turn["completion_token_ids"] == answer["ids"]
+        assert len(turn["completion_token_ids"]) == answer["completion_tokens"]
+        assert len(turn["logprobs"]) == answer["completion_tokens"]
+        assert all(lp <= 0 for lp in turn["logprobs"])
+        assert turn["prompt_token_ids"] is None
+        assert turn["model"] == llm.model
+    notice = missing_ids_notice(llm.chat_completions_url, "prompt token ids")
+    assert capsys.readouterr().err.splitlines().count(notice) == 1
