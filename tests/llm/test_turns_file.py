@@ -157,3 +157,21 @@ def test_the_turns_file_is_refused_as_the_dataset(
     assert proc.returncode != ExitCode.OK
     assert "--output's turns file" in proc.stderr and "which this command reads" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_rollouts_in_child_processes_bring_their_turns_back(
+    cli: CLI, tmp_path: Path, stub_model: StubModel
+) -> None:
+    """``isolation: process``: each workflow runs in a child of its own, which captures
+    and hands its turns back with its result."""
+    stub_model.token_ids = True
+    spec = _spec(tmp_path, stub_model)
+    spec.write_text(spec.read_text() + 'isolation: "process"\n')
+    rows = [{"id": f"r{i}", "prompt": "hi", "metadata": {"turns": 2}} for i in range(2)]
+    proc, output = _run(cli, tmp_path, spec, _data(tmp_path, rows))
+    assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
+    lines = read_jsonl(output.with_name("results.turns.jsonl"))
+    assert sorted(line["rollout_id"] for line in lines) == ["r0", "r1"]
+    written = {_ids(turn) for line in lines for turn in line["turns"]}
+    assert written == {_ids(answer) for answer in stub_model.token_answers}
+    assert len(written) == 4
