@@ -12,6 +12,7 @@ one text node inside a closed ``<details>``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -128,6 +129,11 @@ def _shown(number: int, turn: dict[str, Any]) -> CapturedTurn:
         logprobs=_joined(logprobs),
         mean_logprob=sum(numbers) / len(numbers) if numbers else None,
     )
+
+
+def without_ids(turn: CapturedTurn) -> CapturedTurn:
+    """``turn`` with its counts but not its ids and logprobs (the HTML export's)."""
+    return dataclasses.replace(turn, prompt_ids="", completion_ids="", logprobs="")
 
 
 def _list(value: object) -> list[Any] | None:

@@ -13,6 +13,7 @@ from osmo_run.run.writing.turns import turns_line
 from osmo_run.view.catalog import Catalog
 from osmo_run.view.server import Viewer, create_app
 from tests.view import records
+from tests.view.test_export import export
 from tests.view.test_server import key_of
 
 
@@ -27,19 +28,24 @@ def _turn(prompt: int, completion: int, base: int) -> dict[str, object]:
     }
 
 
-def test_the_row_page_shows_each_captured_call_with_counts_and_closed_ids(
-    tmp_path: Path,
-) -> None:
+def _captured_run(tmp_path: Path) -> Path:
+    """Three rows; the first made two captured calls, the second one of 10,000 + 10,000."""
     results = records.write(
         tmp_path / "run" / "results.jsonl", [records.record(i) for i in range(3)]
     )
-    turns = results.with_name("results.turns.jsonl")
     big = _turn(10_000, 10_000, 7_000_000)
     lines = [
         turns_line("r00000", [_turn(3, 2, 11), _turn(5, 1, 901)]),
         turns_line("r00001", [big]),
     ]
-    turns.write_text("".join(line + "\n" for line in lines))
+    results.with_name("results.turns.jsonl").write_text("".join(line + "\n" for line in lines))
+    return results
+
+
+def test_the_row_page_shows_each_captured_call_with_counts_and_closed_ids(
+    tmp_path: Path,
+) -> None:
+    results = _captured_run(tmp_path)
     viewer = Viewer(Catalog.open([results]), tmp_path / "cache")
     with TestClient(create_app(viewer), base_url="http://127.0.0.1:8000") as client:
         key = key_of(client)
@@ -62,3 +68,10 @@ def test_the_row_page_shows_each_captured_call_with_counts_and_closed_ids(
 
         plain = client.get(f"/runs/{key}/rows/2").text
         assert "Captured turns" not in plain
+
+
+def test_the_html_export_shows_the_counts_but_not_every_id(tmp_path: Path) -> None:
+    html, _ = export(_captured_run(tmp_path), tmp_path)
+    assert html.count('id="captured-turns"') == 2  # the two rows that captured
+    assert "10,000" in html
+    assert "7019999" not in html and 'class="captured-ids"' not in html
