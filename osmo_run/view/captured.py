@@ -19,10 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_PREFIX = b'{"rollout_id":'
-"""How every line of a turns file starts (it is written compact, rollout id first)."""
-
-_DECODER = json.JSONDecoder()
+from osmo_run.run.writing.turns import line_rollout_id
 
 
 @dataclass(frozen=True)
@@ -69,7 +66,7 @@ class TurnsFile:
             for raw in handle:
                 if not raw.endswith(b"\n"):
                     break  # a line still being written: read it next time
-                rollout_id = _rollout_id(raw)
+                rollout_id = line_rollout_id(raw)
                 if rollout_id is not None:
                     self._offsets[rollout_id] = (position, len(raw))
                 position += len(raw)
@@ -90,20 +87,6 @@ class TurnsFile:
             return None
         turns = data.get("turns") if isinstance(data, dict) else None
         return [t for t in turns if isinstance(t, dict)] if isinstance(turns, list) else None
-
-
-def _rollout_id(raw: bytes) -> str | None:
-    """The rollout id a line starts with, decoded without parsing the rest of the line
-    (its arrays may be megabytes)."""
-    if not raw.startswith(_PREFIX):
-        return None
-    try:
-        value, _ = _DECODER.raw_decode(
-            raw[len(_PREFIX) : len(_PREFIX) + 4096].decode("utf-8", "replace")
-        )
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
 
 
 def captured_turns(turns: list[dict[str, Any]]) -> list[CapturedTurn]:

@@ -22,12 +22,11 @@ import errno
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import OutputError
-from osmo_run.run.writing.runfiles import iter_records
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -54,42 +53,72 @@ def _finite(value: Any) -> Any:
 
 def keep_only_recorded(turns: Path, results: Path) -> None:
     """Drop from ``turns`` every line whose rollout the ``results`` file does not hold (a
-    rollout about to run again, or one whose result line a crash never wrote), and a torn
-    last line; rewritten atomically, and only when something is dropped."""
+    rollout about to run again, or one whose result line a crash never wrote), a second
+    line of one rollout, and a torn last line. Reads each line's rollout id only; streams
+    the kept lines to a new file, which replaces ``turns`` atomically, only when something
+    is to be dropped."""
     if not turns.is_file() or turns.stat().st_size == 0:
         return
-    recorded = (
-        {str(record.get("rollout_id")) for record in iter_records(results)}
-        if results.is_file()
-        else set()
-    )
-    kept: list[bytes] = []
-    dropped = False
-    with open(turns, "rb") as handle:
-        for raw in handle:
-            rollout_id = _rollout_id(raw) if raw.endswith(b"\n") else None
-            if rollout_id is not None and rollout_id in recorded:
-                kept.append(raw)
-                recorded.discard(rollout_id)  # one line per rollout, the first
-            else:
-                dropped = True
-    if not dropped:
+    recorded = _recorded_rollouts(results)
+
+    def kept_lines() -> Iterator[tuple[bytes, bool]]:
+        seen: set[str] = set()
+        with open(turns, "rb") as handle:
+            for raw in handle:
+                rollout_id = line_rollout_id(raw) if raw.endswith(b"\n") else None
+                if rollout_id is not None and rollout_id in recorded and rollout_id not in seen:
+                    seen.add(rollout_id)
+                    yield raw, True
+                else:
+                    yield raw, False
+
+    if all(keep for _, keep in kept_lines()):
         return
     tmp = turns.with_name(turns.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
-        out.writelines(kept)
+        out.writelines(raw for raw, keep in kept_lines() if keep)
         out.flush()
         os.fsync(out.fileno())
     tmp.replace(turns)
 
 
-def _rollout_id(raw: bytes) -> str | None:
+def _recorded_rollouts(results: Path) -> set[str]:
+    """The rollout id of every complete line of ``results`` that has one (a line the
+    viewer would call malformed still stands for its rollout: it will not run again)."""
+    recorded: set[str] = set()
+    if not results.is_file():
+        return recorded
+    with open(results, "rb") as handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(record, dict) and "rollout_id" in record:
+                recorded.add(str(record["rollout_id"]))
+    return recorded
+
+
+_PREFIX = b'{"rollout_id":'
+"""How every line of a turns file starts (:func:`turns_line` writes the id first)."""
+
+_DECODER = json.JSONDecoder()
+
+
+def line_rollout_id(raw: bytes) -> str | None:
+    """The rollout id a turns-file line starts with, decoded without parsing the rest of
+    the line (its arrays may be megabytes); ``None`` for a line that is not one."""
+    if not raw.startswith(_PREFIX):
+        return None
+    head = raw[len(_PREFIX) : len(_PREFIX) + 4096].decode("utf-8", "replace")
     try:
-        data = json.loads(raw)
+        value, _ = _DECODER.raw_decode(head)
     except ValueError:
         return None
-    return str(data["rollout_id"]) if isinstance(data, dict) and "rollout_id" in data else None
+    return value if isinstance(value, str) else None
 
 
 class TurnsWriter:
