@@ -394,9 +394,22 @@ class ServedRollouts:
             finished_at=now,
             request=request if isinstance(request, dict) else None,
         )
+        if self.settings.capture_tokens and entry.answer is not None:
+            entry.answer["turns"] = []  # until restore_turns finds its line
         self._entries[rollout_id] = entry
         self._names[safe_name(rollout_id)] = rollout_id
         return True
+
+    def restored(self, rollout_id: str) -> bool:
+        """Whether ``rollout_id`` was restored with its answer (``--resume``)."""
+        entry = self._entries.get(rollout_id)
+        return entry is not None and entry.answer is not None
+
+    def restore_turns(self, rollout_id: str, turns: list[dict[str, Any]]) -> None:
+        """Give a restored rollout's answer the ``turns`` its turns-file line holds."""
+        entry = self._entries.get(rollout_id)
+        if entry is not None and entry.answer is not None and isinstance(turns, list):
+            entry.answer["turns"] = turns
 
     def readmit(self, admitted: dict[str, Any]) -> bool:
         """Queue again a rollout admitted before a crash that never finished (``--resume``),

@@ -68,3 +68,29 @@ def test_without_capture_the_answer_has_no_turns(tmp_path: Path, stub_model: Stu
         assert "return_token_ids" not in stub_model.requests[0].body
 
     asyncio.run(scenario())
+
+
+def test_a_restarted_server_answers_again_with_the_turns_it_had(
+    tmp_path: Path, stub_model: StubModel
+) -> None:
+    stub_model.token_ids = True
+
+    async def scenario() -> None:
+        body = {"url": stub_model.base_url, "metadata": {"turns": 2}}
+        async with serving(tmp_path, workflow=TURNS, grader=None, capture_tokens=True) as first:
+            token = await first.admitted("a", **body)
+            answer = await first.final("a", token)
+            quiet = await first.admitted("b", url=stub_model.base_url, metadata={"turns": 0})
+            await first.final("b", quiet)
+        assert len(answer["turns"]) == 2
+        async with serving(
+            tmp_path,
+            workflow=TURNS,
+            grader=None,
+            capture_tokens=True,
+            resume_from=first.results,
+        ) as second:
+            assert (await second.poll("a", token)).json() == answer
+            assert (await second.poll("b", quiet)).json()["turns"] == []
+
+    asyncio.run(scenario())
