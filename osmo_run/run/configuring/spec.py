@@ -184,11 +184,18 @@ class LLMSpec(_Strict):
         )
 
 
+def _judge_schema(schema: dict[str, Any]) -> None:
+    """The llm section's schema without ``capture``, which the judge refuses."""
+    _endpoint_schema(schema)
+    schema.get("properties", {}).pop("capture", None)
+
+
 class JudgeSpec(LLMSpec):
     """The model a judging grader (``osmo_run.graders:ModelJudge``) calls: ``base_url`` and
     ``model``, or ``embedded`` (``judge: embedded``), which shares the embedded server with
     ``llm: embedded`` when both ask for it. Its key is a secret like the llm's."""
 
+    model_config = ConfigDict(json_schema_extra=_judge_schema)
     section: ClassVar[str] = "judge"
 
     @model_validator(mode="after")
