@@ -332,6 +332,9 @@ class Options:
     profile: bool
     repeats: int
     report: Report
+    rows: int | None = None
+    """``--rows``: the row count of the workloads that take one (llm-capture), for a
+    quick check that they run."""
 
 
 def rss_method_check(opts: Options) -> None:

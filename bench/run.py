@@ -27,7 +27,14 @@ from datetime import UTC, datetime
 
 from families.cli import w_display, w_startup
 from families.harbor import w_harbor
-from families.llm import w_llm_agents, w_llm_chat, w_llm_embedded, w_llm_harbor, w_llm_tools
+from families.llm import (
+    w_llm_agents,
+    w_llm_capture,
+    w_llm_chat,
+    w_llm_embedded,
+    w_llm_harbor,
+    w_llm_tools,
+)
 from families.local import w_latency, w_memory, w_memory_formats, w_throughput
 from families.profiles import profiles
 from families.view import w_view
@@ -53,6 +60,7 @@ NAMES = (
     "harbor",
     "view",
     "llm-chat",
+    "llm-capture",
     "llm-agents",
     "llm-tools",
     "llm-embedded",
@@ -70,6 +78,7 @@ WORKLOAD_FNS: dict[str, Callable[[Options], None]] = {
     "harbor": w_harbor,
     "view": w_view,
     "llm-chat": w_llm_chat,
+    "llm-capture": w_llm_capture,
     "llm-agents": w_llm_agents,
     "llm-tools": w_llm_tools,
     "llm-embedded": w_llm_embedded,
@@ -92,6 +101,9 @@ def main() -> int:
     )
     parser.add_argument("--repeats", type=int, default=None, help="runs per timed figure")
     parser.add_argument(
+        "--rows", type=int, default=None, help="rows of llm-capture (default: 5k quick, 20k)"
+    )
+    parser.add_argument(
         "--rev",
         default=None,
         help="measure osmo_run as committed at this git revision (e.g. HEAD) instead of the "
@@ -105,7 +117,7 @@ def main() -> int:
     if not OSMO_RUN.exists():
         parser.error(f"{OSMO_RUN} is missing: run with the dev venv's python (make example)")
     repeats = args.repeats or (1 if args.quick else 3)
-    opts = Options(args.quick, args.profile, repeats, Report())
+    opts = Options(args.quick, args.profile, repeats, Report(), args.rows)
     command = shlex.join([".venv/bin/python", "bench/run.py", *sys.argv[1:]])
     started_at = datetime.now(UTC)
     started = time.perf_counter()

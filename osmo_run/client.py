@@ -83,6 +83,10 @@ class RolloutResult:
     error_category: str | None
     answer: dict[str, Any]
     """The whole answer (``sample.metrics``, ``sample.extra_fields``...)."""
+    turns: list[dict[str, Any]] | None = None
+    """The rollout's captured model calls in order, when the server's spec sets
+    ``llm.capture: tokens`` (``model``, ``finish_reason``, ``messages``,
+    ``prompt_token_ids``, ``completion_token_ids``, ``logprobs`` each); else ``None``."""
 
     @property
     def ok(self) -> bool:
@@ -99,6 +103,7 @@ class RolloutResult:
             error_message=answer.get("err_message"),
             error_category=answer.get("err_category"),
             answer=answer,
+            turns=list(answer["turns"]) if isinstance(answer.get("turns"), list) else None,
         )
 
 

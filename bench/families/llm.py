@@ -43,7 +43,7 @@ class StubLLM:
     """bench/workloads/stub_llm.py in a process of its own: an OpenAI-compatible endpoint
     on 127.0.0.1 answering after ``latency`` seconds and counting calls in flight."""
 
-    def __init__(self, latency: float, tool_turns: int = 0) -> None:
+    def __init__(self, latency: float, tool_turns: int = 0, token_ids: int = 0) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -52,6 +52,8 @@ class StubLLM:
                 str(latency),
                 "--tool-turns",
                 str(tool_turns),
+                "--token-ids",
+                str(token_ids),
             ],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -297,6 +299,60 @@ def w_llm_chat(opts: Options) -> None:
         f"{slow_stats['peak_in_flight']:,}",
         f"= {concurrency:,}",
         slow_stats["peak_in_flight"] == concurrency,
+    )
+
+
+def w_llm_capture(opts: Options) -> None:
+    """The cost of ``llm.capture: tokens`` on the chat path: the same rows, the same
+    answers (the stub sends vLLM's ids and logprobs either way), capture off and on."""
+    rows = opts.rows or (5_000 if opts.quick else 20_000)
+    concurrency, latency, prompt_ids = 1000, 0.1, 64
+    data = dataset(rows)
+    base = OUT / "llm-capture"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    runs: dict[str, list[Proc]] = {"off": [], "on": []}
+    with StubLLM(latency, token_ids=prompt_ids) as stub:
+        llm = {"base_url": stub.base_url, "model": "m"}
+        specs = {
+            "off": llm_spec("chat-capture-off", "ChatWorkflow", llm),
+            "on": llm_spec("chat-capture-on", "ChatWorkflow", {**llm, "capture": "tokens"}),
+        }
+        for i in range(opts.repeats):
+            for mode in ("off", "on"):
+                step(f"llm-capture {rows} rows at {concurrency}, capture {mode}, run {i + 1}")
+                out = base / mode / "results.jsonl"
+                runs[mode].append(checked(run(osmo_llm(data, specs[mode], out, concurrency))))
+                check_osmo_output(out, rows)
+        turns = base / "on" / "results.turns.jsonl"
+        with open(turns, encoding="utf-8") as handle:
+            lines = sum(1 for _ in handle)
+        if lines != rows:
+            raise BenchError(f"capture on: {turns} has {lines} lines, not {rows}")
+    best = {mode: min(procs, key=lambda p: p.wall) for mode, procs in runs.items()}
+    table = [
+        [
+            f"capture {mode}",
+            f"{p.wall:.2f} ({', '.join(f'{q.wall:.2f}' for q in runs[mode])})",
+            f"{p.cpu:.2f}",
+            f"{p.cpu / rows * 1e6:.0f}",
+            f"{p.rss_mb:.0f}",
+        ]
+        for mode, p in best.items()
+    ]
+    opts.report.table(
+        f"7b. LLM chat path with `llm.capture: tokens` off and on: {rows:,} rows at "
+        f"concurrency {concurrency}, one call each to a stub answering after "
+        f"{latency * 1000:.0f} ms with {prompt_ids} prompt ids, 5 completion ids and logprobs",
+        ["run", "wall s, best (all)", "CPU s", "CPU µs per call", "peak RSS MiB"],
+        table,
+    )
+    extra = (best["on"].cpu - best["off"].cpu) / rows * 1e6
+    size = turns.stat().st_size
+    opts.report.text(
+        f"capture costs **{extra:.0f} µs CPU per call** (on - off, best runs) and "
+        f"{best['on'].wall / best['off'].wall:.2f}x the wall; its turns file holds "
+        f"{size / rows:.0f} bytes per call."
     )
 
 

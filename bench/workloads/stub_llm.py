@@ -61,15 +61,27 @@ def _response(status: str, body: bytes, content_type: bytes = b"application/json
     )
 
 
-def _completion(message: dict[str, object], finish: str, usage: dict[str, int]) -> bytes:
-    payload = {
+def _completion(
+    message: dict[str, object], finish: str, usage: dict[str, int], token_ids: int = 0
+) -> bytes:
+    choice: dict[str, object] = {"index": 0, "message": message, "finish_reason": finish}
+    payload: dict[str, object] = {
         "id": "chatcmpl-bench",
         "object": "chat.completion",
         "created": 0,
         "model": "bench-model",
-        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "choices": [choice],
         "usage": usage,
     }
+    if token_ids:  # as vLLM answers return_token_ids and logprobs
+        completion = usage["completion_tokens"]
+        payload["prompt_token_ids"] = [128_000 + i for i in range(token_ids)]
+        choice["token_ids"] = [9_000 + i for i in range(completion)]
+        content = [
+            {"token": f"t{i}", "logprob": -0.1234567 * (i + 1), "bytes": None, "top_logprobs": []}
+            for i in range(completion)
+        ]
+        choice["logprobs"] = {"content": content}
     return _response("200 OK", json.dumps(payload).encode())
 
 
@@ -98,10 +110,10 @@ def _stream(message: dict[str, object], finish: str, usage: dict[str, int]) -> b
 class Answers:
     """Prebuilt answers: a text answer and tool call number n, plain and streamed."""
 
-    def __init__(self) -> None:
+    def __init__(self, token_ids: int = 0) -> None:
         text = {"role": "assistant", "content": "4"}
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
-        self.text = _completion(text, "stop", usage)
+        self.text = _completion(text, "stop", usage, token_ids)
         self.text_stream = _stream(text, "stop", usage)
         self._calls: dict[tuple[int, bool], bytes] = {}
 
@@ -189,9 +201,9 @@ class StubProtocol(asyncio.Protocol):
         self.transport = None
 
 
-async def serve(host: str, latency: float, tool_turns: int) -> None:
+async def serve(host: str, latency: float, tool_turns: int, token_ids: int = 0) -> None:
     loop = asyncio.get_running_loop()
-    stats, answers = Stats(), Answers()
+    stats, answers = Stats(), Answers(token_ids)
     server = await loop.create_server(
         lambda: StubProtocol(stats, answers, latency, tool_turns), host, 0, backlog=4096
     )
@@ -210,6 +222,12 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--tool-turns", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--token-ids",
+        type=int,
+        default=0,
+        help="text answers carry vLLM's prompt_token_ids (this many), token_ids and logprobs",
+    )
     args = parser.parse_args()
     try:
         import resource
@@ -218,7 +236,7 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
-    asyncio.run(serve(args.host, args.latency, args.tool_turns))
+    asyncio.run(serve(args.host, args.latency, args.tool_turns, args.token_ids))
 
 
 if __name__ == "__main__":

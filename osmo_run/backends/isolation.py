@@ -204,7 +204,11 @@ def _read_result(
     try:
         data = json.loads(result_path.read_text(encoding="utf-8"))
         result_path.unlink()
-        return ExecutionResult.from_dict(data)
+        result = ExecutionResult.from_dict(data)
+        turns = data.get("turns")
+        if isinstance(turns, list):  # the child's captured calls (llm.capture: tokens)
+            result.turns = turns
+        return result
     except (OSError, ValueError, KeyError):
         tail = output.decode("utf-8", "replace").strip()[-500:]
         if returncode is not None and returncode < 0:

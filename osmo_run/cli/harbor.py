@@ -120,6 +120,7 @@ def _never_staged(context: BackendContext, dataset: Path) -> tuple[Path, ...]:
         paths.summary,
         paths.manifest,
         paths.attempts,
+        paths.turns,
         paths.errors,
         paths.artifacts,
         paths.trials,

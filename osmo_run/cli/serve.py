@@ -165,6 +165,7 @@ def serve(
         model_name=(run_spec.llm.model if run_spec.llm else None) or DEFAULT_MODEL_NAME,
         agent_timeout_sec=run_spec.timeouts.agent_sec,
         grader_timeout_sec=run_spec.timeouts.grader_sec,
+        capture_tokens=run_spec.llm is not None and run_spec.llm.capture == "tokens",
     )
     out = console(stderr=True)
     shown = make_display(display, out)

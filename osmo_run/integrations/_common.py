@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients
 from osmo_run.sdk.model_http import ModelTransport, TransportError
-from osmo_run.sdk.model_layer import answered, model_call
+from osmo_run.sdk.model_layer import answered, model_call, note_no_token_ids
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
@@ -25,6 +25,7 @@ from osmo_run.sdk.model_retry import (
     is_retryable_status,
     retry_after_sec,
 )
+from osmo_run.sdk.turns import CAPTURE_FIELDS, missing_ids, turn_of
 from osmo_run.sdk.types import LLMUsage, Message
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _aiohttp_transport_class(http: ModuleType) -> Any | None:
         return None
 
 
-def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
+def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy, capture: bool) -> Any:
     """An async transport of the ``http`` module around ``inner`` that applies
     :func:`fill_assistant_content` to chat-completion requests and retries 429, 408, 5xx
     answers and failed connections per call (:mod:`osmo_run.sdk.model_retry`; the client
@@ -109,12 +110,15 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
     ``BudgetExceededError``, which openai wraps in ``APIConnectionError``). A call whose
     tries run out returns its last answer (openai raises ``RateLimitError``,
     ``InternalServerError``...) or raises its last connection error
-    (``APIConnectionError``)."""
+    (``APIConnectionError``). With ``capture`` (``llm.capture: tokens``) a chat-completion
+    request also asks for token ids and logprobs and its answer is recorded as the
+    rollout's next turn (:mod:`osmo_run.sdk.turns`): a JSON answer once read, a streamed
+    one once the client has read it to its end (:func:`_captured_stream`)."""
 
     class RolloutTransport(http.AsyncBaseTransport):
         async def handle_async_request(self, request: Any) -> Any:
             if request.method == "POST" and request.url.path.endswith("/chat/completions"):
-                request = _fixed_request(http, request)
+                request = _fixed_request(http, request, capture)
             retries = CallRetries(retry)
             while True:
                 try:  # under the run's limit for the endpoint and its budget
@@ -127,7 +131,9 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
                         raise
                 else:
                     if not is_retryable_status(response.status_code):
-                        return await _remembered(request, response)
+                        if capture and _is_stream(request, response):
+                            return _captured_stream(http, request, response)
+                        return await _remembered(request, response, capture)
                     wait = retries.next_wait(retry_after_sec(response.headers))
                     if wait is None:
                         return response
@@ -140,7 +146,7 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy) -> Any:
     return RolloutTransport()
 
 
-async def _remembered(request: Any, response: Any) -> Any:
+async def _remembered(request: Any, response: Any, capture: bool = False) -> Any:
     """``response``, its chat completion remembered as the rollout's latest call (for a
     rollout that fails without a sample: :func:`~osmo_run.sdk.context.conversation_before_failure`).
     Only a whole JSON answer is read here (the client would read it next); a stream is left
@@ -155,20 +161,154 @@ async def _remembered(request: Any, response: Any) -> Any:
         return response
     await response.aread()
     rollout.record_call(request.content, response.content)
+    if capture:
+        _record_turn(rollout, str(request.url), request.content, response.content)
     return response
 
 
-def _fixed_request(http: Any, request: Any) -> Any:
-    """``request`` with :func:`fill_assistant_content` applied to its JSON body (the same
-    request when nothing needs it: most bodies carry no tool calls and are not parsed)."""
+def _is_stream(request: Any, response: Any) -> bool:
+    return (
+        response.status_code == 200
+        and request.url.path.endswith("/chat/completions")
+        and "event-stream" in response.headers.get("content-type", "")
+    )
+
+
+def _captured_stream(http: Any, request: Any, response: Any) -> Any:
+    """``response`` (a streamed chat completion) passing its bytes on to the client as
+    they come and keeping a copy; once the client has read it or closed it, the chunks are
+    put together (:func:`stream_answer`) and recorded as the rollout's next turn. A
+    stream that never got to its finish reason records nothing."""
+    rollout = _current.get()
+    if rollout is None:
+        return response
+    url, sent = str(request.url), request.content
+    inner = response.stream
+
+    class CapturedStream(http.AsyncByteStream):
+        def __init__(self) -> None:
+            self.parts: list[bytes] = []
+            self.recorded = False
+
+        async def __aiter__(self) -> Any:
+            async for chunk in inner:
+                self.parts.append(chunk)
+                yield chunk
+            self.record()
+
+        def record(self) -> None:
+            """Record the turn once, when the stream got to its finish reason (openai's
+            client stops reading at ``[DONE]`` and closes the stream)."""
+            if self.recorded:
+                return
+            self.recorded = True
+            answer = stream_answer(b"".join(self.parts))
+            choice = answer["choices"][0] if answer is not None else {}
+            if answer is not None and choice.get("finish_reason") is not None:
+                _record_turn(rollout, url, sent, answer)
+
+        async def aclose(self) -> None:
+            self.record()
+            await inner.aclose()
+
+    return http.Response(
+        response.status_code,
+        headers=response.headers,
+        stream=CapturedStream(),
+        extensions=response.extensions,
+        request=request,
+    )
+
+
+def stream_answer(events: bytes) -> dict[str, Any] | None:
+    """A streamed chat completion (server-sent events) as the one JSON answer it adds up
+    to, for :func:`~osmo_run.sdk.turns.turn_of`: ``model``, ``prompt_token_ids`` (vLLM
+    sends it with the first chunk) and one choice whose ``token_ids`` and
+    ``logprobs.content`` are every chunk's in order and whose ``finish_reason`` is the
+    last given. ``None`` when no chunk can be read."""
+    answer: dict[str, Any] = {}
+    choice: dict[str, Any] = {}
+    token_ids: list[Any] = []
+    logprobs: list[Any] = []
+    seen = got_ids = got_logprobs = False
+    for line in events.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            break
+        try:
+            chunk = json.loads(payload)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        seen = True
+        for key in ("model", "prompt_token_ids"):
+            if chunk.get(key) is not None:
+                answer[key] = chunk[key]
+        choices = chunk.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(first, dict):
+            continue
+        if first.get("prompt_token_ids") is not None:
+            choice["prompt_token_ids"] = first["prompt_token_ids"]
+        if isinstance(first.get("token_ids"), list):
+            token_ids += first["token_ids"]
+            got_ids = True
+        content = first.get("logprobs", {}) if isinstance(first.get("logprobs"), dict) else {}
+        if isinstance(content.get("content"), list):
+            logprobs += content["content"]
+            got_logprobs = True
+        if first.get("finish_reason") is not None:
+            choice["finish_reason"] = first["finish_reason"]
+    if not seen:
+        return None
+    if got_ids:
+        choice["token_ids"] = token_ids
+    if got_logprobs:
+        choice["logprobs"] = {"content": logprobs}
+    return {**answer, "choices": [choice]}
+
+
+def _record_turn(rollout: Any, url: str, sent: bytes, answer: bytes | dict[str, Any]) -> None:
+    """Record the turn of one answered chat completion (``sent`` its JSON body, ``answer``
+    the JSON answer or a streamed one put together) on ``rollout``; an answer that is not
+    a JSON object is left to the client to complain about."""
+    try:
+        request = json.loads(sent)
+        data = json.loads(answer) if isinstance(answer, bytes) else answer
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(data, dict):
+        return
+    messages = request.get("messages") if isinstance(request, dict) else None
+    turn = turn_of(messages, data)
+    rollout.record_turn(turn)
+    if missing := missing_ids(turn):
+        note_no_token_ids(url, missing)
+
+
+def _fixed_request(http: Any, request: Any, capture: bool = False) -> Any:
+    """``request`` with :func:`fill_assistant_content` applied to its JSON body and, with
+    ``capture``, :data:`~osmo_run.sdk.turns.CAPTURE_FIELDS` the body does not set (the
+    same request when nothing needs it: without capture, most bodies carry no tool calls
+    and are not parsed)."""
     body = request.content  # openai sends its JSON body as bytes, already read
-    if b'"tool_calls"' not in body:
+    if not capture and b'"tool_calls"' not in body:
         return request
     try:
         data = json.loads(body)
     except ValueError:
         return request
-    if not (isinstance(data, dict) and fill_assistant_content(data.get("messages"))):
+    if not isinstance(data, dict):
+        return request
+    changed = fill_assistant_content(data.get("messages"))
+    if capture:
+        missing = {key: value for key, value in CAPTURE_FIELDS.items() if key not in data}
+        data.update(missing)
+        changed = changed or bool(missing)
+    if not changed:
         return request
     content = json.dumps(data).encode()
     headers = request.headers.copy()
@@ -239,7 +379,9 @@ def _new_openai_client(endpoint: LLMEndpoint, clients: ModelClients | None) -> A
         api_key=endpoint.api_key or PLACEHOLDER_API_KEY,
         max_retries=0,  # retried per call by the transport, within the rollout's deadline
         http_client=client_class(
-            transport=_fixing_transport(http, inner, retry), limits=limits, timeout=600.0
+            transport=_fixing_transport(http, inner, retry, endpoint.capture_tokens),
+            limits=limits,
+            timeout=600.0,
         ),
     )
 
@@ -258,7 +400,7 @@ def openai_client(endpoint: LLMEndpoint) -> AsyncOpenAI:
     if clients is None:
         return _new_openai_client(endpoint, None)
     return clients.shared(
-        ("openai", endpoint.base_url, endpoint.api_key),
+        ("openai", endpoint.base_url, endpoint.api_key, endpoint.capture_tokens),
         lambda: _new_openai_client(endpoint, clients),
         _close_openai,
         kind="openai",

@@ -40,6 +40,9 @@ class LLMEndpoint:
     base_url: str
     model: str
     api_key: str | None = field(default=None, repr=False)
+    capture_tokens: bool = False
+    """Ask for and record each call's token ids and logprobs (the spec's
+    ``llm.capture: tokens``; see :mod:`osmo_run.sdk.turns`)."""
 
     @property
     def chat_completions_url(self) -> str:
@@ -67,6 +70,9 @@ class RolloutContext:
     request's JSON bytes) and what came back (the reply message, or the response's JSON
     bytes), kept as they are and read only if the rollout fails without a sample
     (:func:`conversation_before_failure`)."""
+    turns: list[dict[str, Any]] | None = field(default=None, repr=False)
+    """The rollout's captured turns in call order (``llm.capture: tokens``; see
+    :mod:`osmo_run.sdk.turns`), ``None`` before the first."""
     retrying: BaseException | None = None
     """The error a model call is retrying (set from its wait until its next answer): when
     the deadline passes meanwhile, the rollout fails with it, not with a timeout (on a
@@ -93,6 +99,13 @@ class RolloutContext:
         the messages (a list) or the request's JSON body (bytes), ``reply`` the assistant
         message (a dict) or the response's JSON body (bytes). Costs no copy."""
         self.last_call = (sent, reply)
+
+    def record_turn(self, turn: dict[str, Any]) -> None:
+        """Keep one captured turn (:func:`osmo_run.sdk.turns.turn_of`) after the ones
+        before it; a failed rollout keeps them too."""
+        if self.turns is None:
+            self.turns = []
+        self.turns.append(turn)
 
     def record_retried_call(self) -> None:
         """Count one model call that needed at least one retry (``usage.retried_calls``)."""

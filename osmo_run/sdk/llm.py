@@ -24,13 +24,14 @@ from osmo_run.errors import ModelAPIError, RateLimitError
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
 from osmo_run.sdk.model_clients import current_model_clients
 from osmo_run.sdk.model_http import HTTPAnswer, TransportError, post_in_own_thread
-from osmo_run.sdk.model_layer import answered, model_call, record_spent
+from osmo_run.sdk.model_layer import answered, model_call, note_no_token_ids, record_spent
 from osmo_run.sdk.model_retry import (
     DEFAULT_POLICY,
     CallRetries,
     is_retryable_status,
     retry_after_sec,
 )
+from osmo_run.sdk.turns import missing_ids, turn_of, with_capture_fields
 from osmo_run.sdk.types import Message
 
 __all__ = ["ModelAPIError", "RateLimitError", "chat_completion", "record_usage"]
@@ -145,11 +146,15 @@ async def chat_completion(
 
     The returned dict is the endpoint's JSON plus ``"_latency_sec"`` (retries and their
     waits included); inside a rollout, the call and its ``usage`` are counted with
-    :func:`record_usage`. ``timeout_sec`` bounds each try. Raises :class:`RateLimitError`,
-    :class:`ModelAPIError` (once per-call retries are spent), or ``ValueError`` when no
-    endpoint is configured.
+    :func:`record_usage`. With the endpoint's ``capture_tokens`` (``llm.capture: tokens``)
+    the request also asks for token ids and logprobs and the rollout records the call's
+    turn (:mod:`osmo_run.sdk.turns`). ``timeout_sec`` bounds each try. Raises
+    :class:`RateLimitError`, :class:`ModelAPIError` (once per-call retries are spent), or
+    ``ValueError`` when no endpoint is configured.
     """
     llm = _endpoint(endpoint)
+    if llm.capture_tokens:  # the spec's llm.capture: tokens
+        params = with_capture_fields(params)
     body = json.dumps({"model": llm.model, "messages": messages, **params}).encode()
     headers = {"Content-Type": "application/json"}
     if llm.api_key:
@@ -166,7 +171,13 @@ async def chat_completion(
     if rollout is not None:  # kept for a rollout that fails later without a sample
         choice = data["choices"][0]
         reply = choice.get("message") if isinstance(choice, dict) else None
-        rollout.record_call(list(messages), reply)  # a copy: the caller appends to its list
+        sent = list(messages)  # a copy: the caller appends to its list
+        rollout.record_call(sent, reply)
+        if llm.capture_tokens:
+            turn = turn_of(sent, data)
+            rollout.record_turn(turn)
+            if missing := missing_ids(turn):
+                note_no_token_ids(url, missing)
     return data
 
 

@@ -21,6 +21,7 @@ from osmo_run.errors import BudgetExceededError
 from osmo_run.sdk.context import _current
 from osmo_run.sdk.model_budget import RunBudget
 from osmo_run.sdk.model_limits import ModelLimits, Outcome, Slot, outcome_of
+from osmo_run.sdk.turns import note_missing_ids
 
 
 class ModelLayer:
@@ -32,6 +33,11 @@ class ModelLayer:
         self.on_wait: Callable[[str, bool], None] | None = None
         """Told ``(rollout_id, True)`` when a rollout's call starts waiting for a slot and
         ``(rollout_id, False)`` when it stops (the live table shows it)."""
+        self.on_notice: Callable[[str], None] | None = None
+        """Told a line the run's user should read once (the live display shows it;
+        without it the line goes to stderr)."""
+        self.noted_endpoints: set[str] = set()
+        """The endpoints said to answer without token ids (:func:`note_no_token_ids`)."""
 
     def status(self) -> str | None:
         """The live display's words for the model layer (``None`` before any call)."""
@@ -127,3 +133,14 @@ def record_spent(
         layer.budget.record(prompt_tokens, completion_tokens, model)
         if uncounted is not None:
             layer.budget.uncounted(uncounted, model)
+
+
+def note_no_token_ids(url: str, missing: str = "token ids") -> None:
+    """Say once per run (once per process outside one) that ``url`` answers without
+    ``missing`` (``"token ids"``, ``"prompt token ids"``...), on the run's display or
+    stderr: never once per call."""
+    layer = current_model_layer()
+    if layer is None:
+        note_missing_ids(url, missing)
+    else:
+        note_missing_ids(url, missing, layer.noted_endpoints, layer.on_notice)

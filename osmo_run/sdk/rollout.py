@@ -388,6 +388,8 @@ def _finish_workflow(
     if rollout.warnings:
         result.warnings.extend(rollout.warnings)
     usage = rollout.usage  # copied: an abandoned workflow may still be counting
+    if rollout.turns:  # a failed rollout keeps its captured calls too
+        result.turns = list(rollout.turns)
     if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
         result.usage = dataclasses.replace(usage)
         if result.sample is None and rollout.last_call is not None:  # failed: what it got to
@@ -706,6 +708,7 @@ def combine_phases(
     final.timings.workflow_sec = workflow.timings.workflow_sec
     final.timings.queued_sec = workflow.timings.queued_sec
     final.usage = workflow.usage
+    final.turns = workflow.turns
     if workflow.backend is not NO_BACKEND_DETAILS:  # the grader's details win where both say
         both = {**workflow.backend.to_dict(), **graded.backend.to_dict()}
         final.backend = BackendDetails.from_dict(both)

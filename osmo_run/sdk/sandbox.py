@@ -100,7 +100,10 @@ def grader_input(
 def _endpoint_input(endpoint: LLMEndpoint | None, base_url: str | None) -> dict[str, Any] | None:
     if endpoint is None:
         return None
-    return {"base_url": base_url or endpoint.base_url, "model": endpoint.model}
+    data: dict[str, Any] = {"base_url": base_url or endpoint.base_url, "model": endpoint.model}
+    if endpoint.capture_tokens:
+        data["capture_tokens"] = True
+    return data
 
 
 def _endpoint(data: dict[str, Any] | None, key_env: str) -> LLMEndpoint | None:
@@ -108,7 +111,8 @@ def _endpoint(data: dict[str, Any] | None, key_env: str) -> LLMEndpoint | None:
     if not data:
         return None
     key = os.environ.get(key_env) or None
-    return LLMEndpoint(base_url=data["base_url"], model=data["model"], api_key=key)
+    capture = data.get("capture_tokens") is True
+    return LLMEndpoint(data["base_url"], data["model"], api_key=key, capture_tokens=capture)
 
 
 def _request(data: dict[str, Any]) -> ExecutionRequest:
@@ -186,7 +190,10 @@ def main(argv: list[str]) -> int:
     result = run_to_completion(run(spec))
     result.timings.total_sec = time.monotonic() - started
     tmp = result_path.with_name(result_path.name + ".tmp")
-    tmp.write_text(json.dumps(result.to_dict(), ensure_ascii=False, default=repr), encoding="utf-8")
+    out = result.to_dict()
+    if result.turns is not None:  # captured calls (llm.capture: tokens), read back by the host
+        out["turns"] = result.turns
+    tmp.write_text(json.dumps(out, ensure_ascii=False, default=repr), encoding="utf-8")
     tmp.replace(result_path)  # atomic: the host never reads half a result
     return 0
 

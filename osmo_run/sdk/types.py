@@ -472,6 +472,10 @@ class ExecutionResult:
     usage: LLMUsage | None = None
     grader_usage: LLMUsage | None = None
     warnings: list[str] = field(default_factory=list)
+    turns: list[dict[str, Any]] | None = None
+    """The workflow's captured model calls in order (``llm.capture: tokens``; see
+    :mod:`osmo_run.sdk.turns`), ``None`` when nothing was captured. Written to the run's
+    turns file, never in the result record."""
 
     @classmethod
     def failure(

@@ -105,7 +105,7 @@ class ServedWriter(OutputWriter):
     (:meth:`add_secret`) as the run's own secrets are."""
 
     def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
-        super().__init__(path, secrets)
+        super().__init__(path, secrets, turns=True)
         self._secrets = set(secrets)
         self.rollouts: ServedRollouts | None = None
 

@@ -103,6 +103,9 @@ class ServeSettings:
     agent_timeout_sec: float | None = None
     """Used when a request gives none (osmosis: unbounded)."""
     grader_timeout_sec: float | None = None
+    capture_tokens: bool = False
+    """The spec's ``llm.capture: tokens``: each rollout's calls to its request's endpoint
+    are captured, and its terminal answer carries them as ``turns``."""
 
 
 class StartGate:
@@ -258,7 +261,12 @@ class ServedRollouts:
             agent_timeout_sec=settings.agent_timeout_sec if agent is None else agent,
             grader_timeout_sec=settings.grader_timeout_sec if grader is None else grader,
             grade=request.grade,
-            llm=LLMEndpoint(request.chat_completions_url, settings.model_name, request.llm_api_key),
+            llm=LLMEndpoint(
+                request.chat_completions_url,
+                settings.model_name,
+                request.llm_api_key,
+                capture_tokens=settings.capture_tokens,
+            ),
         )
         index = self._next_index
         self._next_index += 1
@@ -351,6 +359,8 @@ class ServedRollouts:
                 entry.answer = lease_expired_answer(entry.rollout_id)
             else:  # from the record as written: the run's secrets masked
                 entry.answer = wire_result(ExecutionResult.from_dict(record), entry.label)
+                if self.settings.capture_tokens:  # as the turns file holds them: masked
+                    entry.answer["turns"] = result.turns or []
         entry.finished_at = now
         entry.item = None
         self._set_status(entry, result.status)
@@ -384,9 +394,22 @@ class ServedRollouts:
             finished_at=now,
             request=request if isinstance(request, dict) else None,
         )
+        if self.settings.capture_tokens and entry.answer is not None:
+            entry.answer["turns"] = []  # until restore_turns finds its line
         self._entries[rollout_id] = entry
         self._names[safe_name(rollout_id)] = rollout_id
         return True
+
+    def restored(self, rollout_id: str) -> bool:
+        """Whether ``rollout_id`` was restored with its answer (``--resume``)."""
+        entry = self._entries.get(rollout_id)
+        return entry is not None and entry.answer is not None
+
+    def restore_turns(self, rollout_id: str, turns: list[dict[str, Any]]) -> None:
+        """Give a restored rollout's answer the ``turns`` its turns-file line holds."""
+        entry = self._entries.get(rollout_id)
+        if entry is not None and entry.answer is not None and isinstance(turns, list):
+            entry.answer["turns"] = turns
 
     def readmit(self, admitted: dict[str, Any]) -> bool:
         """Queue again a rollout admitted before a crash that never finished (``--resume``),

@@ -36,6 +36,7 @@ from osmo_run.run.writing.output import OutputWriter
 from osmo_run.run.writing.records import record_dict, record_line
 from osmo_run.run.writing.runfiles import RunPaths, iter_records, repair_torn_tail
 from osmo_run.run.writing.text import one_line
+from osmo_run.run.writing.turns import line_rollout_id
 from osmo_run.sdk.rollout import run_to_completion
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
 from osmo_run.serve.app import create_app
@@ -153,6 +154,14 @@ class ServeRun:
             for record in iter_records(results):
                 if record.get("served") and self.rollouts.restore(record):
                     finished += 1
+        turns = RunPaths(results).turns
+        if finished and self.rollouts.settings.capture_tokens and turns.is_file():
+            with open(turns, "rb") as handle:  # answered again with the turns they had
+                for raw in handle:
+                    rollout_id = line_rollout_id(raw)
+                    if rollout_id is not None and self.rollouts.restored(rollout_id):
+                        with contextlib.suppress(ValueError, KeyError, TypeError):
+                            self.rollouts.restore_turns(rollout_id, json.loads(raw)["turns"])
         again = 0
         admitted = RunPaths(results).admitted
         if admitted.is_file():

@@ -24,6 +24,7 @@ from urllib.parse import urlencode
 
 from osmo_run.errors import OutputError
 from osmo_run.run.writing.aliases import check_no_aliases, run_files
+from osmo_run.view.captured import without_ids
 from osmo_run.view.catalog import RunEntry
 from osmo_run.view.index import cache_dir
 from osmo_run.view.pages import RowDetail, RunView
@@ -107,6 +108,8 @@ def export_html(entry: RunEntry, target: Path, sample: int | None) -> Written:
         for line in lines:
             line.search_text = line.search_text[:SEARCH_CHARS]
         details: list[RowDetail] = [view.detail_of(p, r) for p, r in index.read_many(transcripts)]
+        for detail in details:  # one file for many rows: the counts, not every token id
+            detail.captured = [without_ids(turn) for turn in detail.captured]
     css, js = static_text("style.css"), static_text("app.js")
     policy = (
         f"default-src 'none'; style-src {_csp_hash(css)}; script-src {_csp_hash(js)}; "

@@ -26,6 +26,7 @@ from osmo_run.sdk.context import CALLS_BEFORE_FAILURE_KEY
 from osmo_run.sdk.types import BackendDetails
 from osmo_run.view import charts
 from osmo_run.view import derived as derived_cache
+from osmo_run.view.captured import CapturedTurn, TurnsFile, captured_turns
 from osmo_run.view.catalog import RunEntry
 from osmo_run.view.derived import Derived
 from osmo_run.view.files import FileEntry, list_files, relative_inside, text_preview
@@ -132,6 +133,8 @@ class RowDetail:
     not_passing: bool = False
     """A success rewarded below the pass threshold."""
     threshold: float = 1.0
+    captured: list[CapturedTurn] = field(default_factory=list)
+    """The rollout's captured model calls (``llm.capture: tokens``), in call order."""
 
 
 def _optional(value: float) -> float | None:
@@ -151,6 +154,7 @@ class RunView:
         self._derived_key: tuple[int, int] = (-1, -1)
         self._dataset: DatasetLines | None = None
         self.served = ServedFiles(entry.paths)
+        self.turns_file = TurnsFile(entry.paths.turns)
 
     def refresh(self) -> bool:
         """Bring the index up to date with the file (call with :attr:`lock` held)."""
@@ -356,6 +360,8 @@ class RunView:
         )
         before = before if isinstance(before, dict) else None
         usage = record.get("usage") if isinstance(record.get("usage"), dict) else None
+        rollout_id = record.get("rollout_id")
+        captured = self.turns_file.turns(rollout_id) if isinstance(rollout_id, str) else None
         return RowDetail(
             position=position,
             line=self.index.cols.line[position] if position < self.index.count else 0,
@@ -381,6 +387,7 @@ class RunView:
             not_passing=record.get("status") == "success"
             and passing(record, self.entry.pass_threshold) is False,
             threshold=self.entry.pass_threshold,
+            captured=captured_turns(captured) if captured else [],
         )
 
     def _full_error(self, backend: Any) -> str | None:

@@ -49,11 +49,13 @@ class EndpointWorkflow(AgentWorkflow):
 
 class TurnsWorkflow(AgentWorkflow):
     """Asks the model ``metadata.turns`` times (default 3), one call after the other, each
-    turn's reply in the next turn's messages."""
+    turn's reply in the next turn's messages; raises after ``metadata.raise_after`` calls."""
 
     async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
         messages = list(ctx.prompt)
-        for _ in range(int(ctx.metadata.get("turns", 3))):
+        for number in range(int(ctx.metadata.get("turns", 3))):
+            if number == ctx.metadata.get("raise_after"):
+                raise RuntimeError(f"fails after {number} calls, on purpose")
             response = await chat_completion(messages, max_tokens=8)
             content = response["choices"][0]["message"]["content"]
             messages += [

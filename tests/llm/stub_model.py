@@ -11,6 +11,11 @@ HTTP exchange is real. It answers ``POST /v1/chat/completions``:
   header it got; ``please 429`` / ``please 500`` in the last message answers that status.
   Usage: one prompt token per word of the last message, 3 completion tokens.
 - streams (SSE) when asked, as Strands does.
+- with ``token_ids`` set, answers as vLLM's OpenAI-compatible server does to a request
+  with ``return_token_ids`` and ``logprobs``: ``prompt_token_ids``, ``choices[0].token_ids``
+  and ``choices[0].logprobs.content[*].logprob``, numbers new on every call (and kept in
+  ``token_answers``, in call order) so a test can tell one call's ids from another's; a
+  stream carries them spread over its chunks.
 
 ``port`` (default: any free one) lets a test bring an endpoint up where a run found none.
 ``fail_next(n, status, retry_after)`` answers the next ``n`` calls with ``status``.
@@ -60,6 +65,10 @@ class StubModel(ThreadingHTTPServer):
         self.gather_timeout_sec = 20.0
         self._released = 0  # how many times `gather` calls were in flight at once
         self.requests: list[StubRequest] = []
+        self.token_ids = False
+        self.token_answers: list[dict[str, Any]] = []
+        """``{"prompt_token_ids", "completion_token_ids", "logprobs"}`` of each answer
+        that carried token ids, in the order they were sent."""
         self.in_flight = 0
         self.peak_in_flight = 0
         self.open_connections = 0
@@ -107,6 +116,34 @@ class StubModel(ThreadingHTTPServer):
     def _connected(self, change: int) -> None:
         with self._lock:
             self.open_connections += change
+
+    def vllm_fields(
+        self, body: dict[str, Any], prompt_tokens: int, completion_tokens: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The top-level and first-choice fields vLLM adds for ``return_token_ids`` and
+        ``logprobs`` (none when not asked or ``token_ids`` is off); each call's ids are
+        new (its number times 100,000 plus the position)."""
+        if not self.token_ids:
+            return {}, {}
+        with self._lock:
+            base = 100_000 * (len(self.token_answers) + 1)
+            prompt = [base + i for i in range(max(prompt_tokens, 1))]
+            completion = [base + 50_000 + i for i in range(completion_tokens)]
+            logprobs = [-0.015625 * (i + 1) for i in range(completion_tokens)]  # exact in binary
+            answer = {"prompt_token_ids": prompt, "completion_token_ids": completion}
+            self.token_answers.append({**answer, "logprobs": logprobs})
+        top: dict[str, Any] = {}
+        choice: dict[str, Any] = {}
+        if body.get("return_token_ids"):
+            top["prompt_token_ids"] = prompt
+            choice["token_ids"] = completion
+        if body.get("logprobs"):
+            content = [
+                {"token": f"t{i}", "logprob": lp, "bytes": None, "top_logprobs": []}
+                for i, lp in enumerate(logprobs)
+            ]
+            choice["logprobs"] = {"content": content}
+        return top, choice
 
     def answer(self, body: dict[str, Any], auth: str | None) -> tuple[dict[str, Any], int, int]:
         """``(message, prompt_tokens, completion_tokens)`` for a chat request."""
@@ -192,14 +229,18 @@ class _Handler(BaseHTTPRequestHandler):
         }
         base = {"id": "chatcmpl-stub", "created": 0, "model": body.get("model", "")}
         if not body.get("stream"):
-            choice = {"index": 0, "message": message, "finish_reason": finish}
+            top, extra = self.server.vllm_fields(body, prompt_tokens, completion_tokens)
+            choice = {"index": 0, "message": message, "finish_reason": finish, **extra}
             return _json(
-                200, {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+                200,
+                {**base, "object": "chat.completion", "choices": [choice], "usage": usage, **top},
             )
         chunks = [
             {**base, "object": "chat.completion.chunk", **chunk}
             for chunk in _chunks(message, finish, usage)
         ]
+        top, extra = self.server.vllm_fields(body, prompt_tokens, completion_tokens)
+        _spread_over(chunks, top, extra)
         data = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
         return 200, "text/event-stream", data.encode(), {}
 
@@ -221,6 +262,22 @@ def _chunks(
     yield {"choices": [{"index": 0, "delta": delta}]}
     yield {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
     yield {"choices": [], "usage": usage}
+
+
+def _spread_over(chunks: list[dict[str, Any]], top: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Put vLLM's fields in a stream as it does: ``prompt_token_ids`` with the first chunk,
+    the completion's ids and logprobs split over the chunks that carry a choice (the
+    first gets all but the last, the second the last)."""
+    chunks[0].update(top)
+    with_choice = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+    ids = extra.get("token_ids")
+    content = (extra.get("logprobs") or {}).get("content")
+    for index, choice in enumerate(with_choice[:2]):
+        part = slice(None, -1) if index == 0 else slice(-1, None)
+        if ids is not None:
+            choice["token_ids"] = ids[part]
+        if content is not None:
+            choice["logprobs"] = {"content": content[part]}
 
 
 def serve(server: StubModel) -> Iterator[StubModel]:

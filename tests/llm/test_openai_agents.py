@@ -277,3 +277,29 @@ def test_a_spent_budget_stops_the_agents_next_call_as_budget_exceeded(
     assert layer.budget.refused_calls == 1
     (limit,) = layer.limits.all()
     assert (limit.calls, limit.throttled, limit.in_flight) == (1, 0, 0), "one call was sent"
+
+
+def test_token_capture_through_the_agent_loop_keeps_each_calls_ids_in_order(
+    stub_model: StubModel,
+) -> None:
+    """``llm.capture: tokens``: the SDK's requests ask for vLLM's token ids and logprobs
+    through the run's transport, and each of the loop's calls is a turn of the rollout
+    with exactly the ids the endpoint sent, in call order."""
+    import dataclasses
+
+    stub_model.token_ids = True
+    stub_model.tool_turns = 2
+    result = _run(dataclasses.replace(stub_model.endpoint, capture_tokens=True))
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert all(r.body["return_token_ids"] and r.body["logprobs"] for r in stub_model.requests)
+    assert result.turns is not None and len(result.turns) == 3
+    captured = [
+        {k: turn[k] for k in ("prompt_token_ids", "completion_token_ids", "logprobs")}
+        for turn in result.turns
+    ]
+    assert captured == stub_model.token_answers
+    assert [t["finish_reason"] for t in result.turns] == ["tool_calls", "tool_calls", "stop"]
+    assert result.turns[2]["messages"] == stub_model.requests[2].body["messages"]
+    assert [m["role"] for m in result.turns[2]["messages"]] == [
+        "system", "user", "assistant", "tool", "assistant", "tool",
+    ]  # fmt: skip

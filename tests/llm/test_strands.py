@@ -202,3 +202,26 @@ def test_a_mock_model_answers_the_streamed_agent_loop_through_the_runs_client() 
     assert final == {"role": "assistant", "content": "The sum is 42."}
     assert model.call_count == 2 and all(call.stream for call in model.calls)
     assert result.sample.metrics["tool_calls"] == 1
+
+
+def test_token_capture_puts_each_streamed_calls_ids_together_in_order(
+    stub_model: StubModel,
+) -> None:
+    """``llm.capture: tokens`` with Strands, which streams every call: the ids and logprobs
+    vLLM spreads over a stream's chunks are put back together, exactly, call by call."""
+    import dataclasses
+
+    stub_model.token_ids = True
+    result = _run(dataclasses.replace(stub_model.endpoint, capture_tokens=True))
+    assert result.status is RolloutStatus.SUCCESS, result.error_message
+    assert all(r.body["stream"] and r.body["return_token_ids"] for r in stub_model.requests)
+    assert result.turns is not None and len(result.turns) == 2
+    captured = [
+        {k: turn[k] for k in ("prompt_token_ids", "completion_token_ids", "logprobs")}
+        for turn in result.turns
+    ]
+    assert captured == stub_model.token_answers
+    assert [t["finish_reason"] for t in result.turns] == ["tool_calls", "stop"]
+    assert [m["role"] for m in result.turns[1]["messages"]] == [
+        "system", "user", "assistant", "tool",
+    ]  # fmt: skip

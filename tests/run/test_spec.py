@@ -100,11 +100,29 @@ def test_concurrency_overrides_the_workflow_config(tmp_path: Path) -> None:
             "workflow: a:B\nllm: {base_url: localhost, model: m}\n",
             "field 'llm.base_url': Value error, must start with http",
         ),
+        (
+            "workflow: a:B\nllm: {base_url: 'http://x/v1', model: m, capture: token}\n",
+            "field 'llm.capture': Input should be 'tokens'",
+        ),
+        (
+            "workflow: a:B\njudge: {base_url: 'http://x/v1', model: m, capture: tokens}\n",
+            "field 'judge': Value error, capture records the workflow's model calls only",
+        ),
     ],
 )
 def test_invalid_field_is_named_by_its_path(tmp_path: Path, text: str, expected: str) -> None:
     path = _spec(tmp_path, text)
     assert _error(path).startswith(f"{path}: {expected}")
+
+
+def test_capture_tokens_reaches_the_endpoint(tmp_path: Path) -> None:
+    text = "workflow: a:B\nllm: {base_url: 'http://x/v1', model: m, capture: tokens}\n"
+    spec = load_spec(_spec(tmp_path, text))
+    assert spec.llm is not None
+    endpoint = spec.llm.endpoint()
+    assert endpoint is not None and endpoint.capture_tokens
+    plain = load_spec(_spec(tmp_path, "workflow: a:B\nllm: {base_url: 'http://x/v1', model: m}\n"))
+    assert plain.llm is not None and not plain.llm.endpoint().capture_tokens  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

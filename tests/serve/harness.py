@@ -108,6 +108,7 @@ async def serving(
     agent_timeout_sec: float | None = 30.0,
     max_body_bytes: int = 16 * 1024 * 1024,
     client_headers: dict[str, str] | None = None,
+    capture_tokens: bool = False,
 ) -> AsyncIterator[Server]:
     """A serving run in ``tmp_path`` for the block; stopped (as on SIGTERM) after it."""
     config = AgentWorkflowConfig(concurrency=ConcurrencyConfig(max_concurrent=concurrency))
@@ -132,6 +133,7 @@ async def serving(
             lease_sec=lease_sec,
             retention_sec=retention_sec,
             agent_timeout_sec=agent_timeout_sec,
+            capture_tokens=capture_tokens,
         ),
         ServeOptions(
             port=0,

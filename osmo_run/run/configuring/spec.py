@@ -133,6 +133,11 @@ class LLMSpec(_Strict):
         description="Calls in flight to this endpoint, fixed; default adaptive: backs off "
         "on HTTP 429 and grows back as calls succeed, at most the run's concurrency",
     )
+    capture: Literal["tokens"] | None = Field(
+        default=None,
+        description="tokens: ask the endpoint for token ids and logprobs (vLLM's "
+        "return_token_ids, logprobs) and record every call's in <results>.turns.jsonl",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -171,7 +176,18 @@ class LLMSpec(_Strict):
                     f"{self.section}.api_key_env: environment variable {self.api_key_env} is "
                     "not set; export it or remove api_key_env"
                 )
-        return LLMEndpoint(base_url=self.base_url, model=self.model, api_key=key)
+        return LLMEndpoint(
+            base_url=self.base_url,
+            model=self.model,
+            api_key=key,
+            capture_tokens=self.capture == "tokens",
+        )
+
+
+def _judge_schema(schema: dict[str, Any]) -> None:
+    """The llm section's schema without ``capture``, which the judge refuses."""
+    _endpoint_schema(schema)
+    schema.get("properties", {}).pop("capture", None)
 
 
 class JudgeSpec(LLMSpec):
@@ -179,7 +195,14 @@ class JudgeSpec(LLMSpec):
     ``model``, or ``embedded`` (``judge: embedded``), which shares the embedded server with
     ``llm: embedded`` when both ask for it. Its key is a secret like the llm's."""
 
+    model_config = ConfigDict(json_schema_extra=_judge_schema)
     section: ClassVar[str] = "judge"
+
+    @model_validator(mode="after")
+    def _no_capture(self) -> JudgeSpec:
+        if self.capture is not None:
+            raise ValueError("capture records the workflow's model calls only: remove it here")
+        return self
 
 
 class BudgetSpec(_Strict):

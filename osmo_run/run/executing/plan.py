@@ -209,7 +209,7 @@ def with_model_server(
     changes: dict[str, Any] = {}
     if llm is not None and llm.embedded:
         info["llm_base_url"] = endpoint.base_url
-        changes["llm"] = endpoint
+        changes["llm"] = dataclasses.replace(endpoint, capture_tokens=llm.capture == "tokens")
     if judge is not None and judge.embedded:
         info["judge_base_url"] = endpoint.base_url
         changes["judge"] = endpoint

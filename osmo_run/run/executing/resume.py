@@ -106,13 +106,14 @@ def prepare_run_dir(plan: RunPlan) -> ResumeState:
     continuing = settings.resume or settings.retry_errors is not None
     if settings.overwrite:
         _remove_old_artifacts(plan)
-        for path in (paths.results, paths.summary, paths.manifest, paths.attempts):
+        for path in (paths.results, paths.summary, paths.manifest, paths.attempts, paths.turns):
             path.unlink(missing_ok=True)
         return ResumeState(stats)
     if not has_results:
         if continuing and not settings.resume:  # --retry-errors alone: nothing to retry
             raise InputError(_no_run_here(plan))
         paths.results.unlink(missing_ok=True)
+        paths.turns.unlink(missing_ok=True)  # no result holds its rollouts: stale
         # --resume with no run to continue starts it: the one command a requeued job repeats
         return ResumeState(stats, note=_no_run_here(plan) if settings.resume else None)
     if not continuing:

@@ -256,6 +256,9 @@ class Runner:
             line = serialize(result)
         try:
             self._writer.write(line)
+            turns = self._writer.turns
+            if result.turns and turns is not None:  # after its result: --resume keeps both
+                result.turns = turns.write(result.rollout_id, result.turns)  # as written
         except BaseException as exc:
             self._fatal = exc
             self.interrupt()

@@ -225,7 +225,8 @@ def _run_rows(
             use_model_layer(layer)  # this task's context: the rows' tasks inherit it
             display.model_status = layer.status
             layer.on_wait = display.row_waiting_for_model
-            with OutputWriter(plan.paths.results, plan.secrets) as writer:
+            with OutputWriter(plan.paths.results, plan.secrets, turns=True) as writer:
+                layer.on_notice = lambda line: display.message(writer.mask(line))
                 runner = Runner(
                     backend,
                     writer,

@@ -43,13 +43,14 @@ def check_no_aliases(reads: Iterable[Named], writes: Iterable[Named]) -> None:
 
 
 def run_files(paths: RunPaths, label: str) -> list[Named]:
-    """The files of the run at ``paths`` (results, summary, manifest, attempts), each named
+    """The files of the run at ``paths`` (results, summary, manifest, attempts, turns), each named
     ``label`` with what it is (``"--output"`` for the results: ``"--output's summary"``)."""
     return [
         (label, paths.results),
         (f"{label}'s summary", paths.summary),
         (f"{label}'s manifest", paths.manifest),
         (f"{label}'s attempts file", paths.attempts),
+        (f"{label}'s turns file", paths.turns),
     ]
 
 

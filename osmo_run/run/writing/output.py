@@ -13,6 +13,8 @@ from typing import Any
 from osmo_run.errors import OutputError
 from osmo_run.run.writing.masking import SecretMask
 from osmo_run.run.writing.records import record_line
+from osmo_run.run.writing.runfiles import RunPaths
+from osmo_run.run.writing.turns import TurnsWriter, keep_only_recorded
 
 
 def check_writable(path: Path, what: str) -> None:
@@ -76,9 +78,20 @@ class OutputWriter:
     valid, line by line.
     """
 
-    def __init__(self, path: Path, secrets: tuple[str, ...] = ()) -> None:
+    def __init__(self, path: Path, secrets: tuple[str, ...] = (), turns: bool = False) -> None:
         self.path = path
         self._mask = SecretMask(secrets)
+        self.turns: TurnsWriter | None = None
+        """With ``turns``: the run's turns file (:mod:`osmo_run.run.writing.turns`), its
+        lines of rollouts the results file does not hold dropped now (``--resume``), its
+        secrets masked as the results' are."""
+        if turns:
+            turns_path = RunPaths(path).turns
+            try:
+                keep_only_recorded(turns_path, path)
+            except OSError as exc:
+                raise OutputError(f"{turns_path}: cannot rewrite it: {exc.strerror}") from None
+            self.turns = TurnsWriter(turns_path, self.mask_values, self._secret_may_occur)
         self._masked_encoder = json.JSONEncoder(
             ensure_ascii=False, allow_nan=False, default=self._masked_repr
         )
@@ -147,6 +160,9 @@ class OutputWriter:
             return line
         return self._masked_encoder.encode(self.mask_record(record))
 
+    def _secret_may_occur(self, line: str) -> bool:
+        return bool(self._mask) and self._mask.occurs_in_json(line)
+
     def _masked_repr(self, value: object) -> str:
         """What a value JSON cannot hold is written as, with secrets masked."""
         return self.mask(repr(value))
@@ -173,6 +189,8 @@ class OutputWriter:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self._fd)
+        if self.turns is not None:
+            self.turns.close()
 
     def __enter__(self) -> OutputWriter:
         return self

@@ -2,8 +2,9 @@
 crashed run.
 
 A run's files are named after its results file ``<stem>.jsonl``: ``<stem>.summary.json``,
-``<stem>.manifest.json`` and ``<stem>.attempts.jsonl`` (attempts a later one replaced) sit
-beside it, with ``artifacts/`` and ``trials/``.
+``<stem>.manifest.json``, ``<stem>.attempts.jsonl`` (attempts a later one replaced) and
+``<stem>.turns.jsonl`` (captured model calls) sit beside it, with ``artifacts/`` and
+``trials/``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class RunPaths:
     @property
     def attempts(self) -> Path:
         return self._sibling(".attempts.jsonl")
+
+    @property
+    def turns(self) -> Path:
+        """The rollouts' captured model calls (``llm.capture: tokens``; see
+        :mod:`osmo_run.run.writing.turns`)."""
+        return self._sibling(".turns.jsonl")
 
     @property
     def admitted(self) -> Path:
