@@ -32,9 +32,14 @@ def _invisible(char: str) -> bool:
 def _forms(secret: str) -> list[str]:
     """The texts that stand for a short secret, longest first: itself, JSON-escaped (a
     message quoting a JSON document) and with its control characters escaped (as printed)."""
-    escaped = "".join(ascii(c)[1:-1] if _invisible(c) else c for c in secret)
-    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
-    return sorted(forms | {escaped}, key=lambda f: (-len(f), f))
+    if not secret.strip():
+        return []  # white space alone is no secret: nothing is masked
+    forms = set()
+    for piece in (secret, secret.strip()):  # a message is stripped before it is cut
+        escaped = "".join(ascii(c)[1:-1] if _invisible(c) else c for c in piece)
+        forms |= {piece, json.dumps(piece)[1:-1], json.dumps(piece, ensure_ascii=False)[1:-1]}
+        forms.add(escaped)
+    return sorted(forms, key=lambda f: (-len(f), f))
 
 
 def _masked(value: Any, secret: str) -> Any:
@@ -92,6 +97,8 @@ def _write(path: Path, secrets: tuple[str, ...], text: str, fail: bool) -> list[
 @example(secret="0", text="0\n0", fail=True)  # a line of mask only: cut after masking
 @example(secret="*", text="a*b", fail=True)  # a key inside the mask: masked once, not twice
 @example(secret='a"\x85', text='{"k": "a\\"\\u0085"}', fail=True)  # quoted in JSON
+@example(secret="\x85", text="\x85", fail=True)  # white space alone: no secret
+@example(secret="b\x85", text="ab\x85", fail=True)  # stripped before the cut: still masked
 def test_any_key_text_leaves_every_line_readable(
     tmp_path_factory: Any, secret: str, text: str, fail: bool
 ) -> None:

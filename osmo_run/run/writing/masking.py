@@ -28,8 +28,10 @@ def secret_forms(secret: str) -> Iterator[str]:
     """The texts that stand for ``secret`` in what a run writes: the secret, its
     JSON-escaped forms (ASCII and not), its :func:`~osmo_run.run.writing.text.one_line` form, and
     the same for each of its lines of :data:`MIN_LINE_CHARS` or more (stripped) when it
-    has several. May repeat a form; never yields an empty one."""
-    pieces = [secret]
+    has several, and for the secret stripped of white space at its ends (an error message
+    is stripped before it is cut, and a key read from a file often ends in a newline).
+    May repeat a form; never yields an empty one."""
+    pieces = [secret, secret.strip()]
     lines = secret.splitlines()
     if len(lines) > 1:
         pieces += [line.strip() for line in lines if len(line.strip()) >= MIN_LINE_CHARS]
@@ -47,7 +49,8 @@ class SecretMask:
     first, so that a form containing another is masked whole."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        forms = {form for secret in secrets if secret for form in secret_forms(secret)}
+        # a secret of white space alone says nothing, and masking it would blank the text
+        forms = {form for secret in secrets if secret.strip() for form in secret_forms(secret)}
         self.forms: tuple[str, ...] = tuple(sorted(forms, key=lambda f: (-len(f), f)))
         """Every text masked, longest first."""
         escaped = {json.dumps(form, ensure_ascii=False)[1:-1] for form in self.forms}
