@@ -179,7 +179,16 @@ def test_an_endpoint_that_keeps_answering_429_trips_it_after_the_retries(
     # 3 s, not 1: on a busy box the first 429 itself may take a second to come back, and a
     # row with no answer yet is rightly a timeout (one waiting out a retry is not: the
     # rollout fails with the rate limit it got)
-    spec = _spec(tmp_path, stub_model.base_url, timeouts={"agent_sec": 3, "grader_sec": 2})
+    # A fixed model limit: under the adaptive one, an endpoint answering nothing but 429
+    # brings the limit down to one slot, and on a busy box a row can spend its deadline
+    # waiting for that slot without sending a call: rightly a timeout (the README: the
+    # deadline keeps running while a call waits), but not what this test is about.
+    spec = _spec(
+        tmp_path,
+        stub_model.base_url,
+        timeouts={"agent_sec": 3, "grader_sec": 2},
+        llm={"base_url": stub_model.base_url, "model": "stub-model", "max_concurrency": 2},
+    )
     code, lines, output = _run(cli, data, spec, "--breaker", "3")
     assert code == ExitCode.SYSTEMIC_FAILURE, "\n".join(lines)
     records = read_jsonl(output)
