@@ -230,3 +230,31 @@ def test_failed_workflow_file_is_the_rows_account_of_its_failure() -> None:
         Phase.WORKFLOW,
         "RuntimeError: no (at w.py:1 in run)",
     )
+
+
+TURN = {
+    "model": "m",
+    "finish_reason": "stop",
+    "prompt_token_ids": [1, 2],
+    "completion_token_ids": [3],
+}
+
+
+@pytest.mark.parametrize(
+    ("grading", "grader"),
+    [
+        ("osmo", {"rollout_id": "row", "status": "success", "sample": {"reward": 1.0}}),
+        ("none", None),
+    ],
+)
+def test_the_calls_a_trial_captured_come_back_with_its_result(
+    grading: str, grader: dict[str, Any] | None
+) -> None:
+    """llm.capture: tokens in a trial: the workflow runner writes the calls it captured into
+    its result file, and the row's result carries them to the run's turns file, whichever
+    phase's result is the row's (the grader's holds none)."""
+    result = trial_to_result("row", trial(), workflow_file(turns=[TURN, TURN]), grader, grading)
+    assert result.turns == [TURN, TURN]
+    failed = workflow_file("failure", error_category="agent_error", turns=[TURN])
+    assert trial_to_result("row", trial(), failed, None, "osmo").turns == [TURN], "kept on failure"
+    assert trial_to_result("row", trial(), workflow_file(), None, "none").turns is None

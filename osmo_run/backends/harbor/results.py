@@ -193,6 +193,9 @@ def trial_to_result(
         result = workflow
         result.grader_skipped = grading
     result.rollout_id = rollout_id
+    turns = (workflow_file or {}).get("turns")
+    if isinstance(turns, list) and result.turns is None:  # llm.capture: tokens in the trial
+        result.turns = turns  # the workflow's calls, whichever phase's result is the row's
     result.timings.setup_sec = _sum(_seconds(trial.environment_setup), _seconds(trial.agent_setup))
     if result.timings.workflow_sec is None:
         result.timings.workflow_sec = _seconds(trial.agent_execution)
