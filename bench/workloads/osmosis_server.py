@@ -22,6 +22,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, required=True)
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from serve_driver import lift_open_files_limit
+
+    lift_open_files_limit()  # 1,000 rollouts in flight: their requests and model calls
     import uvicorn
     from osmosis_ai.rollout.backend import LocalBackend
     from osmosis_ai.rollout.server import create_rollout_server

@@ -41,6 +41,15 @@ def memory_kb(pid: int) -> dict[str, int]:
     }
 
 
+def lift_open_files_limit() -> None:
+    """Raise the soft limit on open files to the hard one: 1,000 rollouts in flight hold
+    over 1,000 connections, more than a common soft limit of 1,024 allows."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _messages(index: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"What is 2 + 2? ({index})"}]
 
@@ -148,6 +157,7 @@ def main() -> None:
     parser.add_argument("--rss-after", type=int, default=1000)
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args()
+    lift_open_files_limit()
     work = throughput if args.mode == "throughput" else latency
     print(json.dumps(asyncio.run(work(args))))
 
