@@ -335,6 +335,8 @@ class Options:
     rows: int | None = None
     """``--rows``: the row count of the workloads that take one (llm-capture), for a
     quick check that they run."""
+    serve_size: tuple[int, int] | None = None
+    """``--serve-size N,C``: the serve family's rollouts and concurrency (a small check run)."""
 
 
 def rss_method_check(opts: Options) -> None:
@@ -397,6 +399,7 @@ def use_revision(rev: str) -> None:
 
 
 def setup_osmosis() -> None:
-    if not OSMOSIS_PY.exists() or run([OSMOSIS_PY, "-c", "import osmosis_ai"], quiet=False).rc != 0:
+    probe = "import osmosis_ai.rollout.server.app"  # with the server extra (serve family)
+    if not OSMOSIS_PY.exists() or run([OSMOSIS_PY, "-c", probe], quiet=False).rc != 0:
         step("bench/setup.sh: creating bench/.venvs/osmosis")
         subprocess.run(["bash", str(BENCH / "setup.sh")], check=True, cwd=ROOT)

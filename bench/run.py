@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/run.py [--quick] [--only NAME,...] [--profile]
 
-Workloads (NAMEs): throughput, memory, latency, display, startup, harbor, view. Every measurement
+Workloads (NAMEs): throughput, memory, latency, display, startup, harbor, view, the llm-*
+family, serve. Every measurement
 is a fresh subprocess; wall time is spawn-to-exit (interpreter start-up, imports, the
 dataset validation pass and the summary included), peak RSS is the child's own
 ``ru_maxrss`` from ``os.wait4`` (see ``rss_method_check``). Prints a markdown table and
@@ -24,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from families.cli import w_display, w_startup
 from families.harbor import w_harbor
@@ -37,6 +39,7 @@ from families.llm import (
 )
 from families.local import w_latency, w_memory, w_memory_formats, w_throughput
 from families.profiles import profiles
+from families.serve import w_serve
 from families.view import w_view
 from harness import (
     BENCH,
@@ -65,6 +68,7 @@ NAMES = (
     "llm-tools",
     "llm-embedded",
     "llm-harbor",
+    "serve",
 )
 
 
@@ -83,6 +87,7 @@ WORKLOAD_FNS: dict[str, Callable[[Options], None]] = {
     "llm-tools": w_llm_tools,
     "llm-embedded": w_llm_embedded,
     "llm-harbor": w_llm_harbor,
+    "serve": w_serve,
 }
 
 
@@ -109,7 +114,27 @@ def main() -> int:
         help="measure osmo_run as committed at this git revision (e.g. HEAD) instead of the "
         "working tree",
     )
+    parser.add_argument(
+        "--serve-size",
+        default=None,
+        metavar="N,C",
+        help="serve: N rollouts at concurrency C (default 20000,1000; --quick 5000,1000)",
+    )
+    parser.add_argument(
+        "--results",
+        default=str(BENCH / "RESULTS.md"),
+        help="the Markdown report to (over)write [default: bench/RESULTS.md]",
+    )
     args = parser.parse_args()
+    serve_size = None
+    if args.serve_size:
+        try:
+            rollouts, concurrency = (int(x) for x in args.serve_size.split(","))
+        except ValueError:
+            parser.error(f"--serve-size: expected N,C (two integers), got {args.serve_size!r}")
+        if rollouts < 1 or concurrency < 1:
+            parser.error("--serve-size: N and C must be at least 1")
+        serve_size = (rollouts, concurrency)
     only = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
     unknown = set(only) - set(NAMES)
     if unknown:
@@ -117,7 +142,9 @@ def main() -> int:
     if not OSMO_RUN.exists():
         parser.error(f"{OSMO_RUN} is missing: run with the dev venv's python (make example)")
     repeats = args.repeats or (1 if args.quick else 3)
-    opts = Options(args.quick, args.profile, repeats, Report(), args.rows)
+    opts = Options(
+        args.quick, args.profile, repeats, Report(), rows=args.rows, serve_size=serve_size
+    )
     command = shlex.join([".venv/bin/python", "bench/run.py", *sys.argv[1:]])
     started_at = datetime.now(UTC)
     started = time.perf_counter()
@@ -138,12 +165,13 @@ def main() -> int:
         except BenchError as exc:
             opts.report.text(f"profiles FAILED: {exc}")
     text = write_results(opts, command, started_at, time.perf_counter() - started)
-    (BENCH / "RESULTS.md").write_text(text, encoding="utf-8")
+    results = Path(args.results)
+    results.write_text(text, encoding="utf-8")
     verdict = {True: "met", False: "MISSED", None: "not measured"}
     print("\n## Targets\n")
     for t in opts.report.targets:
         print(f"  [{verdict[t.met]:>12}] {t.workload}. {t.what}: {t.measured} (target {t.target})")
-    print(f"\nwrote {BENCH / 'RESULTS.md'}")
+    print(f"\nwrote {results}")
     return 1 if failures else 0
 
 
