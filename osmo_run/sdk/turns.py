@@ -20,6 +20,7 @@ only: this module runs in sandboxes too.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -50,7 +51,9 @@ def with_capture_fields(params: dict[str, Any]) -> dict[str, Any]:
 def turn_of(messages: object, data: dict[str, Any]) -> dict[str, Any]:
     """The turn of one answered call: ``messages`` as sent and ``data`` (the endpoint's
     decoded JSON answer) read for its first choice. A field the answer lacks is ``None``;
-    ids and logprobs are kept as the endpoint sent them (lists, not copied)."""
+    ids and logprobs are kept as the endpoint sent them (lists, not copied). A list of ids
+    that are not all non-negative integers is ``None`` (a trainer must never take a string
+    or a float for a token), and a logprob that is not a finite number is ``None``."""
     choices = data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     if not isinstance(choice, dict):
@@ -58,14 +61,14 @@ def turn_of(messages: object, data: dict[str, Any]) -> dict[str, Any]:
     prompt_ids = data.get("prompt_token_ids")
     if prompt_ids is None:  # some servers put it on the choice
         prompt_ids = choice.get("prompt_token_ids")
-    completion_ids = _list_or_none(choice.get("token_ids"))
+    completion_ids = _token_ids(choice.get("token_ids"))
     if completion_ids is None:  # llama.cpp's server gives each logprob entry its token's id
         completion_ids = _logprob_ids(choice.get("logprobs"))
     return {
         "model": data.get("model"),
         "finish_reason": choice.get("finish_reason"),
         "messages": messages,
-        "prompt_token_ids": prompt_ids if isinstance(prompt_ids, list) else None,
+        "prompt_token_ids": _token_ids(prompt_ids),
         "completion_token_ids": completion_ids,
         "logprobs": _logprobs(choice.get("logprobs")),
     }
@@ -83,8 +86,11 @@ def missing_ids(turn: dict[str, Any]) -> str | None:
     return "completion token ids" if completion else None
 
 
-def _list_or_none(value: object) -> list[Any] | None:
-    return value if isinstance(value, list) else None
+def _token_ids(value: object) -> list[int] | None:
+    """``value`` when it is a list of token ids (non-negative integers, not booleans)."""
+    if isinstance(value, list) and all(type(i) is int and i >= 0 for i in value):
+        return value
+    return None
 
 
 def _logprob_ids(value: object) -> list[Any] | None:
@@ -94,7 +100,7 @@ def _logprob_ids(value: object) -> list[Any] | None:
     if not isinstance(content, list) or not content:
         return None
     ids = [entry.get("id") if isinstance(entry, dict) else None for entry in content]
-    return ids if all(type(i) is int for i in ids) else None
+    return _token_ids(ids)
 
 
 def _logprobs(value: object) -> list[Any] | None:
@@ -103,7 +109,17 @@ def _logprobs(value: object) -> list[Any] | None:
     content = value.get("content") if isinstance(value, dict) else None
     if not isinstance(content, list):
         return None
-    return [entry.get("logprob") if isinstance(entry, dict) else None for entry in content]
+    return [
+        _logprob(entry.get("logprob")) if isinstance(entry, dict) else None for entry in content
+    ]
+
+
+def _logprob(value: object) -> float | None:
+    if type(value) is float and math.isfinite(value):
+        return value
+    if type(value) is int:  # a log probability of 0 written as 0
+        return float(value)
+    return None
 
 
 _noted: set[str] = set()
@@ -116,7 +132,7 @@ def missing_ids_notice(url: str, missing: str = "token ids") -> str:
     """The one line said about an endpoint whose answers lack ``missing`` (see
     :func:`missing_ids`)."""
     return (
-        f"llm.capture: {url} answers without {missing} (return_token_ids is vLLM's); "
+        f"llm.capture: {url} answers without usable {missing} (return_token_ids is vLLM's); "
         "its turns are recorded with what came, nothing re-tokenised"
     )
 

@@ -12,7 +12,7 @@ import pytest
 from osmo_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.llm import chat_completion
-from osmo_run.sdk.turns import missing_ids_notice
+from osmo_run.sdk.turns import missing_ids, missing_ids_notice, turn_of
 from osmo_run.sdk.types import RolloutStatus
 from osmo_run.testing import run_workflow_sync
 from tests.llm.stub_model import StubModel
@@ -158,3 +158,45 @@ def test_the_embedded_models_server_gives_completion_ids_and_logprobs_not_prompt
         assert turn["model"] == llm.model
     notice = missing_ids_notice(llm.chat_completions_url, "prompt token ids")
     assert capsys.readouterr().err.splitlines().count(notice) == 1
+
+
+@pytest.mark.parametrize(
+    ("prompt_ids", "completion_ids"),
+    [
+        ("not a list", ["a", {"x": 1}, None]),
+        ([1, 2, "3"], [1.0]),
+        ([True, False], [-1, 2]),
+        ([[1]], 5),
+    ],
+)
+def test_ids_that_are_not_token_ids_are_recorded_as_none(
+    prompt_ids: object, completion_ids: object
+) -> None:
+    """A hostile or broken endpoint's ids are never passed on as tokens: a list holding
+    anything but non-negative integers is ``None``, and the run says once that the endpoint
+    gives no usable ids; logprobs that are not finite numbers are ``None`` one by one."""
+    answer = {
+        "model": "m",
+        "prompt_token_ids": prompt_ids,
+        "choices": [
+            {
+                "message": {"role": "assistant", "content": "Hi."},
+                "finish_reason": "stop",
+                "token_ids": completion_ids,
+                "logprobs": {
+                    "content": [
+                        {"token": "a", "logprob": float("nan")},
+                        {"token": "b", "logprob": "bad"},
+                        {"token": "c", "logprob": -0.25},
+                        {"token": "d", "logprob": 0},
+                        7,
+                    ]
+                },
+            }
+        ],
+    }
+    turn = turn_of([{"role": "user", "content": "hi"}], answer)
+    assert turn["prompt_token_ids"] is None and turn["completion_token_ids"] is None
+    assert turn["logprobs"] == [None, None, -0.25, 0.0, None]
+    assert missing_ids(turn) == "token ids"
+    assert "answers without usable token ids" in missing_ids_notice("http://x/v1")
