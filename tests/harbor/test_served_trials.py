@@ -290,3 +290,18 @@ def test_a_remote_environment_refuses_a_loopback_request_and_takes_a_public_one(
         "https://policy.example.invalid/v1"
     )
     assert public.agent_env == {API_KEY_ENV: KEY_B}
+
+
+@pytest.mark.usefixtures("loopback_bridge")
+def test_a_loopback_endpoint_with_an_impossible_port_fails_its_rollout_in_one_line(
+    tmp_path: Path,
+) -> None:
+    queue = FakeQueue()
+    requests = [_request("bad", "http://127.0.0.1:99999/v1", KEY_A)]
+    (result,) = asyncio.run(_execute(_backend(tmp_path, queue), *requests))
+
+    assert result.error_category is ErrorCategory.VALIDATION_ERROR
+    assert result.error_message == (
+        "chat_completions_url http://127.0.0.1:99999/v1: Port out of range 0-65535"
+    )
+    assert queue.submitted == {}

@@ -389,8 +389,8 @@ class HarborBackend(ExecutionBackend):
         that needs it), and the name of the variable that holds its key while the trial
         lives (see :meth:`execute`).
 
-        Raises :class:`InputError` for a loopback endpoint with a remote environment, and
-        :class:`EnvironmentNotReady` when its relay cannot start.
+        Raises :class:`InputError` for a loopback endpoint with a remote environment or a
+        port that cannot be, and :class:`EnvironmentNotReady` when its relay cannot start.
         """
         key_env = None
         if llm.api_key:
@@ -402,7 +402,10 @@ class HarborBackend(ExecutionBackend):
                 f"chat_completions_url {llm.base_url} is a loopback address (this machine), "
                 "which a remote sandbox cannot reach; give an address the sandbox reaches"
             )
-        target = url_target(llm.base_url)
+        try:
+            target = url_target(llm.base_url)
+        except ValueError as exc:  # a port out of range, or not a number
+            raise InputError(f"chat_completions_url {llm.base_url}: {exc}") from None
         async with self._relay_lock:  # rollouts of one new endpoint start one relay
             if target not in self._relayed:
                 relay, gateway, port = await start_relay(llm.base_url, "chat_completions_url")
