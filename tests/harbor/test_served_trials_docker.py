@@ -37,16 +37,18 @@ KEYS = {
     "gamma": "sk-trainer-gamma-0a5c3e",
 }
 """Each rollout's endpoint answers its name, and wants its key."""
+SPEC_KEY = "sk-the-spec-key-9d0e61"
+"""The spec's own llm key: no served rollout may get it."""
 
 
 @dataclass
 class Endpoint:
-    """A chat-completions stub on 127.0.0.1 answering ``reply``, recording the
-    Authorization header of every call."""
+    """A chat-completions stub on 127.0.0.1 answering ``reply``, recording each call's
+    prompt and Authorization header."""
 
     reply: str
     base_url: str = ""
-    authorizations: list[str | None] = field(default_factory=list)
+    calls: list[tuple[str, str | None]] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -61,8 +63,9 @@ def endpoints() -> Iterator[dict[str, Endpoint]]:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                self.stub.authorizations.append(self.headers.get("Authorization"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                prompt = str(body["messages"][-1]["content"])
+                self.stub.calls.append((prompt, self.headers.get("Authorization")))
                 payload = json.dumps(
                     {"choices": [{"message": {"role": "assistant", "content": self.stub.reply}}]}
                 ).encode()
@@ -99,7 +102,15 @@ def served(tmp_path: Path) -> Iterator[Served]:
     with SIGTERM after the test."""
     spec = tmp_path / "spec.yaml"
     # generous deadlines: a loaded machine starts containers slowly
-    spec.write_text(json.dumps(harbor_spec(timeouts={"agent_sec": 120, "grader_sec": 120})))
+    spec.write_text(
+        json.dumps(
+            harbor_spec(
+                timeouts={"agent_sec": 120, "grader_sec": 120},
+                # the run's own endpoint and key, which served rollouts never use
+                llm={"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "SPEC"},
+            )
+        )
+    )
     command = [
         str(OSMO_RUN), "serve", "--spec", str(spec), "--keep-trials", "--port", "0",
         "--display", "plain", "--output", str(tmp_path / "out" / "results.jsonl"),
@@ -108,7 +119,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     process = subprocess.Popen(
         command,
         cwd=tmp_path,
-        env=cli_env(),
+        env=cli_env(SPEC=SPEC_KEY),
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -155,40 +166,46 @@ def _files_holding(root: Path, secrets: list[str]) -> list[str]:
 def test_each_served_rollout_runs_in_a_trial_with_its_own_endpoint_and_key(
     tmp_path: Path, endpoints: dict[str, Endpoint], served: Served
 ) -> None:
-    rollouts = [
-        Rollout(
-            f"r-{name}",
-            [{"role": "user", "content": "who are you?"}],
-            endpoint.base_url,
-            llm_api_key=KEYS[name],
-            label=name,  # the grader gives 1.0 when the answer is the label
+    def rollout(rollout_id: str, endpoint: str, key: str | None) -> Rollout:
+        return Rollout(
+            rollout_id,
+            [{"role": "user", "content": f"who are you? ({rollout_id})"}],
+            endpoints[endpoint].base_url,
+            llm_api_key=key,
+            label=endpoint,  # the grader gives 1.0 when the answer is the label
             metadata={"workflow": "key", "chat": True},
         )
-        for name, endpoint in endpoints.items()
-    ]
+
+    rollouts = [rollout(f"r-{name}", name, key) for name, key in KEYS.items()]
+    rollouts.append(rollout("r-keyless", "alpha", None))  # alpha's endpoint, no key
     results = {r.rollout_id: r for r in run_batch_sync(served.url, rollouts)}
 
-    for name in KEYS:
-        result = results[f"r-{name}"]
+    expected_keys = {f"r-{name}": key for name, key in KEYS.items()} | {"r-keyless": None}
+    for rollout_id in expected_keys:
+        result = results[rollout_id]
         assert (result.status, result.reward) == ("success", 1.0), result.answer
-        assert result.messages[-1]["content"] == name  # its own endpoint answered
+    # each endpoint saw its rollouts' calls only, each with that rollout's key (none
+    # for the keyless one, never the spec's)
     for name, endpoint in endpoints.items():
-        assert endpoint.authorizations, f"{name}'s endpoint was never called"
-        assert set(endpoint.authorizations) == {f"Bearer {KEYS[name]}"}
+        callers = {prompt.rsplit("(", 1)[1].rstrip(")") for prompt, _ in endpoint.calls}
+        assert callers == ({"r-alpha", "r-keyless"} if name == "alpha" else {f"r-{name}"})
+        for prompt, authorization in endpoint.calls:
+            key = expected_keys[prompt.rsplit("(", 1)[1].rstrip(")")]
+            assert authorization == (None if key is None else f"Bearer {key}")
 
     run_dir = tmp_path / "out"
     rows = read_rows(run_dir / "results.jsonl")
     assert {i: (r["status"], r["reward"], r["served"]) for i, r in rows.items()} == {
-        f"r-{name}": ("success", 1.0, True) for name in KEYS
+        rollout_id: ("success", 1.0, True) for rollout_id in expected_keys
     }
-    for name in KEYS:
-        assert rows[f"r-{name}"]["sample"]["metrics"]["key_len"] == len(KEYS[name])
-        kept = rows[f"r-{name}"]["backend"]["trial_dir"]
+    for rollout_id, key in expected_keys.items():
+        assert rows[rollout_id]["sample"]["metrics"]["key_len"] == (len(key) if key else -1)
+        kept = rows[rollout_id]["backend"]["trial_dir"]
         assert kept is not None and Path(kept).is_relative_to(run_dir / "trials")
 
     served.process.send_signal(signal.SIGTERM)
     assert served.process.wait(120) == 130
-    secrets = list(KEYS.values())
+    secrets = [*KEYS.values(), SPEC_KEY]
     assert list((run_dir / "trials").iterdir()), "no trial directory was kept"
     assert _files_holding(run_dir, secrets) == []
     assert not [line for line in served.printed if any(s in line for s in secrets)]
