@@ -140,3 +140,26 @@ def test_flags_that_do_not_fit_the_backend_are_refused_in_one_line(
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert served == []
+
+
+def test_a_harbor_server_holds_its_run_lock_while_it_serves(
+    cli: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trials' containers carry the lock file's path: held while the server lives,
+    no other run's sweep and no ``osmo-run cleanup`` takes them for a dead run's."""
+    require_extra("harbor", "harbor")
+    from osmo_run.run.writing.runfiles import RunPaths
+    from osmo_run.run.writing.runlock import held_by_another, lock_path
+
+    lock = lock_path(RunPaths(tmp_path / "out" / "results.jsonl"))
+    seen: list[tuple[bool, Any]] = []
+
+    def run_serving(run: ServeRun) -> int:
+        seen.append((held_by_another(lock), run.backend.inner._run_lock))
+        raise typer.Exit(0)
+
+    monkeypatch.setattr("osmo_run.serve.session.run_serving", run_serving)
+    done = _serve(cli, tmp_path, "--spec", _spec(tmp_path), "--task-dir", CALCULATOR_TASK)
+    assert done.returncode == 0, done.stderr
+    assert seen == [(True, lock)]
+    assert not held_by_another(lock)
