@@ -1,7 +1,7 @@
 """The flags every run command shares, as typed groups, and how a command takes a group.
 
 ``osmo-run local`` and ``osmo-run harbor`` declare ``run: RunFlags`` and ``ci: CIFlags``
-parameters, ``osmo-run harbor`` and ``osmo-run serve`` ``harbor: HarborFlags``;
+parameters, ``osmo-run harbor`` and ``osmo-run serve`` ``trials: HarborFlags``;
 :func:`takes_flag_groups` spells each group's fields out as the command's own options for
 typer and hands the command one value per group.
 """
@@ -233,7 +233,8 @@ class CIFlags:
 @dataclass(frozen=True)
 class HarborFlags:
     """Where and how Harbor trials run: the task, the environment, the code they get, what
-    is kept. Each but ``user_code_dir`` sets the spec's ``harbor:`` field of its name."""
+    is kept. All but ``user_code_dir`` set fields of the spec's ``harbor:`` section
+    (:func:`osmo_run.cli.harbor.harbor_overrides`)."""
 
     task_dir: Annotated[
         Path | None, typer.Option(help="Harbor task directory every row runs in.")
