@@ -163,3 +163,24 @@ def test_a_harbor_server_holds_its_run_lock_while_it_serves(
     assert done.returncode == 0, done.stderr
     assert seen == [(True, lock)]
     assert not held_by_another(lock)
+
+
+def test_a_harbor_check_that_fails_before_the_first_rollout_stops_the_server_in_one_line(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """``prepare`` runs as the server starts: a remote environment without credentials
+    stops it, exit 2, one ``error:`` line, nothing left running."""
+    require_extra("harbor", "harbor")
+    from tests.conftest import cli_env
+
+    env = {k: v for k, v in cli_env().items() if not k.startswith("DAYTONA_")}
+    output = tmp_path / "out" / "results.jsonl"
+    done = cli(
+        "serve", "--spec", _spec(tmp_path), "--task-dir", CALCULATOR_TASK, "--env", "daytona",
+        "--port", "0", "--display", "plain", "-o", output, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "DAYTONA_API_KEY" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert "listening on" not in done.stderr
