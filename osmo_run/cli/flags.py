@@ -1,8 +1,9 @@
 """The flags every run command shares, as typed groups, and how a command takes a group.
 
 ``osmo-run local`` and ``osmo-run harbor`` declare ``run: RunFlags`` and ``ci: CIFlags``
-parameters; :func:`takes_flag_groups` spells each group's fields out as the command's own
-options for typer and hands the command one value per group.
+parameters, ``osmo-run harbor`` and ``osmo-run serve`` ``trials: HarborFlags``;
+:func:`takes_flag_groups` spells each group's fields out as the command's own options for
+typer and hands the command one value per group.
 """
 
 from __future__ import annotations
@@ -229,7 +230,77 @@ class CIFlags:
     ] = False
 
 
-FLAG_GROUPS: tuple[type, ...] = (RunFlags, CIFlags)
+@dataclass(frozen=True)
+class HarborFlags:
+    """Where and how Harbor trials run: the task, the environment, the code they get, what
+    is kept. All but ``user_code_dir`` set fields of the spec's ``harbor:`` section
+    (:func:`osmo_run.cli.harbor.harbor_overrides`)."""
+
+    task_dir: Annotated[
+        Path | None, typer.Option(help="Harbor task directory every row runs in.")
+    ] = None
+    tasks_root: Annotated[
+        Path | None,
+        typer.Option(help="Directory that rows' metadata.harbor_task names resolve under."),
+    ] = None
+    env: Annotated[
+        str | None, typer.Option(help="Harbor environment type: docker (default), daytona, ...")
+    ] = None
+    env_kwarg: Annotated[
+        list[str] | None,
+        typer.Option("--env-kwarg", help="Harbor environment option KEY=VALUE (repeatable)."),
+    ] = None
+    environment_import_path: Annotated[
+        str | None, typer.Option(help="A custom Harbor environment class as module:Class.")
+    ] = None
+    user_code_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory copied into each trial and imported from [default: --code-dir, "
+            "else the spec's code_dir, else the working directory]."
+        ),
+    ] = None
+    prebuild: Annotated[
+        bool | None,
+        typer.Option(
+            "--prebuild/--no-prebuild",
+            help="Build the trial image once per run (docker) [default: on].",
+        ),
+    ] = None
+    keep_trials: Annotated[
+        bool | None,
+        typer.Option(
+            "--keep-trials/--no-keep-trials",
+            help="Keep trial directories of successful rows too (failed ones are always kept).",
+        ),
+    ] = None
+    trials_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where trial directories go [default: the spec's harbor.trials_dir, else "
+            "trials/ in the run directory]."
+        ),
+    ] = None
+    preflight_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds the one-call check of a remote environment waits [default: 30]."
+        ),
+    ] = None
+
+    def given(self) -> list[str]:
+        """The flags given on the command line, as their options read (``--task-dir``)."""
+        given = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None or value == []:
+                continue
+            name = field.name.replace("_", "-")
+            given.append(f"--no-{name}" if value is False else f"--{name}")
+        return given
+
+
+FLAG_GROUPS: tuple[type, ...] = (RunFlags, CIFlags, HarborFlags)
 
 
 def takes_flag_groups(command: F) -> F:

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from osmo_run.cli.flags import CIFlags, RunFlags, takes_flag_groups
+from osmo_run.cli.flags import CIFlags, HarborFlags, RunFlags, takes_flag_groups
 from osmo_run.cli.launch import launch, load_run_spec, run_settings
 
 if TYPE_CHECKING:
     from osmo_run.backends.harbor import HarborBackend
+    from osmo_run.run.configuring.overrides import HarborOverrides
     from osmo_run.run.configuring.spec import HarborSpec, RunSpec
     from osmo_run.run.executing.settings import BackendContext, BackendFactory
 
@@ -109,12 +110,14 @@ def _identity(harbor: HarborSpec) -> dict[str, Any]:
     }
 
 
-def _never_staged(context: BackendContext, dataset: Path) -> tuple[Path, ...]:
+def _never_staged(context: BackendContext, dataset: Path | None) -> tuple[Path, ...]:
     """What trials must not get even inside the code dir: the dataset (its labels) and
-    where the run writes (its directory, or its files when that is the code dir)."""
+    where the run writes (its directory, or its files when that is the code dir: a served
+    run's admissions hold labels too)."""
     paths = context.paths
     return (
-        dataset,
+        *((dataset,) if dataset is not None else ()),
+        paths.admitted,
         paths.directory,
         paths.results,
         paths.summary,
@@ -128,7 +131,7 @@ def _never_staged(context: BackendContext, dataset: Path) -> tuple[Path, ...]:
 
 
 def _backend_factory(
-    spec: RunSpec, environment: Any, user_code_dir: Path | None, dataset: Path
+    spec: RunSpec, environment: Any, user_code_dir: Path | None, dataset: Path | None
 ) -> BackendFactory:
     """Makes the run's HarborBackend once the run knows its paths and endpoints;
     ``environment`` is Harbor's ``EnvironmentConfig`` (harbor is imported in backends only)."""
@@ -172,6 +175,43 @@ def _backend_factory(
     return make_backend
 
 
+def harbor_overrides(flags: HarborFlags) -> HarborOverrides:
+    """The spec fields ``flags`` set (``--user-code-dir`` is no spec field)."""
+    from osmo_run.run.configuring.overrides import HarborOverrides
+
+    return HarborOverrides(
+        task_dir=flags.task_dir,
+        tasks_root=flags.tasks_root,
+        env=flags.env,
+        environment_import_path=flags.environment_import_path,
+        environment_kwargs=_env_kwargs(flags.env_kwarg or []) or None,
+        prebuild=flags.prebuild,
+        keep_trials=flags.keep_trials,
+        trials_dir=flags.trials_dir,
+        preflight_timeout_sec=flags.preflight_timeout,
+    )
+
+
+def harbor_backend_factory(
+    spec: RunSpec, flags: HarborFlags, dataset: Path | None
+) -> BackendFactory:
+    """What makes the run's :class:`HarborBackend` from ``spec`` (its ``harbor:`` section,
+    ``flags`` laid over it by :func:`harbor_overrides`), shared by ``osmo-run harbor`` and
+    ``osmo-run serve``; ``dataset`` (``None`` when rows arrive over HTTP) is never staged.
+    Raises :class:`~osmo_run.errors.InputError` when the spec names no task, or an
+    environment Harbor does not know."""
+    from osmo_run.backends.harbor import environment_config
+    from osmo_run.errors import InputError
+
+    task = spec.harbor
+    if task.task_dir is None and task.tasks_root is None:
+        raise InputError("give --task-dir DIR (or harbor.task_dir in the spec)")
+    environment = environment_config(
+        task.env, task.environment_import_path, task.environment_kwargs
+    )
+    return _backend_factory(spec, environment, flags.user_code_dir, dataset)
+
+
 @takes_flag_groups
 def harbor(
     *,
@@ -182,86 +222,18 @@ def harbor(
             "is the only row."
         ),
     ] = None,
-    task_dir: Annotated[
-        Path | None, typer.Option(help="Harbor task directory every row runs in.")
-    ] = None,
-    tasks_root: Annotated[
-        Path | None,
-        typer.Option(help="Directory that rows' metadata.harbor_task names resolve under."),
-    ] = None,
-    env: Annotated[
-        str | None, typer.Option(help="Harbor environment type: docker (default), daytona, ...")
-    ] = None,
-    env_kwarg: Annotated[
-        list[str] | None,
-        typer.Option("--env-kwarg", help="Harbor environment option KEY=VALUE (repeatable)."),
-    ] = None,
-    environment_import_path: Annotated[
-        str | None, typer.Option(help="A custom Harbor environment class as module:Class.")
-    ] = None,
-    user_code_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Directory copied into each trial and imported from [default: --code-dir, "
-            "else the spec's code_dir, else the working directory]."
-        ),
-    ] = None,
-    prebuild: Annotated[
-        bool | None,
-        typer.Option(
-            "--prebuild/--no-prebuild",
-            help="Build the trial image once per run (docker) [default: on].",
-        ),
-    ] = None,
-    keep_trials: Annotated[
-        bool | None,
-        typer.Option(
-            "--keep-trials/--no-keep-trials",
-            help="Keep trial directories of successful rows too (failed ones are always kept).",
-        ),
-    ] = None,
-    trials_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Where trial directories go [default: the spec's harbor.trials_dir, else "
-            "trials/ in the run directory]."
-        ),
-    ] = None,
-    preflight_timeout: Annotated[
-        float | None,
-        typer.Option(
-            help="Seconds the one-call check of a remote environment waits [default: 30]."
-        ),
-    ] = None,
+    trials: HarborFlags,
     run: RunFlags,
     ci: CIFlags,
 ) -> None:
     """Run every row in its own Harbor trial (HarborBackend): isolation per row."""
     from osmo_run.errors import InputError
-    from osmo_run.run.configuring.overrides import HarborOverrides
 
-    overrides = HarborOverrides(
-        task_dir=task_dir,
-        tasks_root=tasks_root,
-        env=env,
-        environment_import_path=environment_import_path,
-        environment_kwargs=_env_kwargs(env_kwarg or []) or None,
-        prebuild=prebuild,
-        keep_trials=keep_trials,
-        trials_dir=trials_dir,
-        preflight_timeout_sec=preflight_timeout,
-    )
-    spec = load_run_spec(run, harbor=overrides, seed=ci.seed)
+    spec = load_run_spec(run, harbor=harbor_overrides(trials), seed=ci.seed)
     task = spec.harbor
-    if task.task_dir is None and task.tasks_root is None:
-        raise InputError("give --task-dir DIR (or harbor.task_dir in the spec)")
-    if dataset is None and task.task_dir is None:
+    if dataset is None and task.task_dir is None and task.tasks_root is not None:
         raise InputError("without a dataset, --task-dir names the task whose instruction runs")
-    from osmo_run.backends.harbor import environment_config
-
-    environment = environment_config(
-        task.env, task.environment_import_path, task.environment_kwargs
-    )
+    make_backend = harbor_backend_factory(spec, trials, dataset)
     if dataset is None:
         assert task.task_dir is not None
         dataset = _instruction_dataset(task.task_dir)
@@ -276,4 +248,4 @@ def harbor(
         info={"prebuild": task.prebuild, "keep_trials": task.keep_trials},
     )
 
-    launch(settings, _backend_factory(spec, environment, user_code_dir, dataset))
+    launch(settings, make_backend)

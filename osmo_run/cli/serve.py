@@ -6,17 +6,28 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from osmo_run.cli.flags import HarborFlags, takes_flag_groups
 from osmo_run.cli.options import EnvFileOption
+
+if TYPE_CHECKING:
+    from osmo_run.backends.base import ExecutionBackend
+    from osmo_run.run.configuring.spec import RunSpec
+    from osmo_run.sdk.context import LLMEndpoint
 
 DEFAULT_QUEUE_FACTOR = 4
 """``--max-queued`` defaults to this many times the concurrency."""
 
 
+BACKENDS = ("local", "harbor")
+
+
+@takes_flag_groups
 def serve(
+    *,
     spec: Annotated[Path | None, typer.Option("--spec", "-s", help="YAML run spec.")] = None,
     workflow: Annotated[
         str | None, typer.Option(help="Workflow as module:Class (overrides the spec).")
@@ -49,8 +60,19 @@ def serve(
             f"[default: {DEFAULT_QUEUE_FACTOR} × the concurrency].",
         ),
     ] = None,
+    backend_name: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="local (in this process, or --isolation process) or harbor (each rollout "
+            "in its own Harbor trial, the harbor flags below) [default: harbor when "
+            "--task-dir or --tasks-root is given, else local; a spec's harbor: section "
+            "alone does not switch].",
+        ),
+    ] = None,
     isolation: Annotated[
-        str | None, typer.Option(help="none (default) or process: each rollout in a child.")
+        str | None,
+        typer.Option(help="none (default) or process: each rollout in a child (local only)."),
     ] = None,
     api_key_env: Annotated[
         str | None,
@@ -89,11 +111,13 @@ def serve(
     ] = None,
     no_breaker: Annotated[bool, typer.Option("--no-breaker", help="No breaker.")] = False,
     env_file: EnvFileOption = None,
+    trials: HarborFlags,
 ) -> None:
     """Serve rollouts to a trainer over osmosis-ai's rollout protocol (POST /rollout,
     long-polled results): the same workflows, graders, retries, breaker and results file
-    as `osmo-run local`, rows arriving over HTTP."""
-    from osmo_run.backends.local import LocalBackend
+    as `osmo-run local` / `osmo-run harbor`, rows arriving over HTTP. --backend harbor (or
+    --task-dir) runs each rollout in its own Harbor trial, reaching its request's model
+    endpoint (a loopback one through a relay) with its request's key."""
     from osmo_run.cli.flags import RunFlags
     from osmo_run.cli.launch import load_run_spec
     from osmo_run.cli.options import check_display, console
@@ -130,7 +154,13 @@ def serve(
         env_file=env_file,
         display=display,
     )
-    run_spec = load_run_spec(flags, isolation=isolation)
+    harbor = _wants_harbor(backend_name, trials, isolation)
+    if harbor:
+        from osmo_run.cli.harbor import harbor_overrides
+
+        run_spec = load_run_spec(flags, harbor=harbor_overrides(trials))
+    else:
+        run_spec = load_run_spec(flags, isolation=isolation)
     if run_spec.judge is not None and run_spec.judge.embedded:
         raise InputError(
             "judge: embedded is not started by osmo-run serve yet; give the judge a base_url "
@@ -145,19 +175,11 @@ def serve(
     secrets = tuple(
         key for key in (llm and llm.api_key, judge and judge.api_key) if key
     ) + env_file_secrets(env_file)
-    config = run_spec.build_workflow_config()
-    parallel = config.concurrency.max_concurrent
-    backend = LocalBackend(
-        run_spec.workflow,
-        config,
-        run_spec.grader,
-        run_spec.build_grader_config(),
-        llm=llm,
-        judge=judge,
-        artifacts_root=results.parent / "artifacts",
-        isolation=run_spec.isolation,
-        code_dir=run_spec.code_dir or Path.cwd(),
-    )
+    parallel = run_spec.build_workflow_config().concurrency.max_concurrent
+    if harbor:
+        backend = _harbor_backend(run_spec, trials, results, llm, judge, secrets)
+    else:
+        backend = _local_backend(run_spec, results, llm, judge)
     settings = ServeSettings(
         max_queued=max_queued or DEFAULT_QUEUE_FACTOR * parallel,
         result_wait_sec=result_wait,
@@ -184,13 +206,89 @@ def serve(
     )
     finished, again = serving.restore(results) if resume else (0, 0)
     kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
+    trial = f" · harbor trials, env {run_spec.harbor.env}" if harbor else ""
     shown.start(
         again,
-        f"osmo-run serve · concurrency {parallel} · queue {settings.max_queued} · "
+        f"osmo-run serve{trial} · concurrency {parallel} · queue {settings.max_queued} · "
         f"output {results}{kept}",
     )
-    code = run_serving(serving)
+    if harbor:
+        from osmo_run.run.writing.runfiles import RunPaths
+        from osmo_run.run.writing.runlock import run_locked
+
+        # the trials' containers carry the lock file: held, no other run's sweep and no
+        # `osmo-run cleanup` takes them for a killed run's
+        with run_locked(RunPaths(results), "serving run"):
+            code = run_serving(serving)
+    else:
+        code = run_serving(serving)
     raise typer.Exit(int(code))
+
+
+def _wants_harbor(backend: str | None, trials: HarborFlags, isolation: str | None) -> bool:
+    """Whether rollouts run in Harbor trials: ``--backend``, else whether a flag naming
+    the task (``--task-dir``, ``--tasks-root``) is given. A harbor flag with the local
+    backend, or ``--isolation`` with Harbor, is refused in one line."""
+    from osmo_run.errors import InputError
+
+    if backend is not None and backend not in BACKENDS:
+        raise InputError(f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    given = trials.given()
+    harbor = (
+        backend == "harbor"
+        if backend is not None
+        else trials.task_dir is not None or trials.tasks_root is not None
+    )
+    if not harbor and given:
+        raise InputError(
+            f"{' '.join(given)}: harbor flags, for rollouts in Harbor trials; add "
+            "--backend harbor with --task-dir DIR (or drop them to serve locally)"
+        )
+    if harbor and isolation is not None:
+        raise InputError(
+            "--isolation is for the local backend; a Harbor trial isolates each rollout already"
+        )
+    return harbor
+
+
+def _local_backend(
+    spec: RunSpec, results: Path, llm: LLMEndpoint | None, judge: LLMEndpoint | None
+) -> ExecutionBackend:
+    """The rollouts in this process (or in a child each, ``isolation: process``)."""
+    from osmo_run.backends.local import LocalBackend
+
+    return LocalBackend(
+        spec.workflow,
+        spec.build_workflow_config(),
+        spec.grader,
+        spec.build_grader_config(),
+        llm=llm,
+        judge=judge,
+        artifacts_root=results.parent / "artifacts",
+        isolation=spec.isolation,
+        code_dir=spec.code_dir or Path.cwd(),
+    )
+
+
+def _harbor_backend(
+    spec: RunSpec,
+    trials: HarborFlags,
+    results: Path,
+    llm: LLMEndpoint | None,
+    judge: LLMEndpoint | None,
+    secrets: tuple[str, ...],
+) -> ExecutionBackend:
+    """Each rollout in its own Harbor trial, made as ``osmo-run harbor`` makes it; the run
+    id (the trials' container label) is the results file's, so a restart (``--resume``)
+    removes what a killed invocation left."""
+    from osmo_run.cli.harbor import harbor_backend_factory
+    from osmo_run.run.executing.settings import BackendContext
+    from osmo_run.run.writing.runfiles import RunPaths
+
+    make_backend = harbor_backend_factory(spec, trials, None)
+    run_id = "serve-" + hashlib.sha256(str(results.resolve()).encode()).hexdigest()[:12]
+    context = BackendContext(RunPaths(results), run_id, llm, judge, secrets)
+    return make_backend(context)
 
 
 def _server_key(name: str | None) -> str | None:

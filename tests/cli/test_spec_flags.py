@@ -94,7 +94,7 @@ def test_the_table_lists_every_spec_field_once() -> None:
 
 
 def test_a_field_without_a_flag_has_no_flag_of_its_name() -> None:
-    options = _options("local") | _options("harbor")
+    options = _options("local") | _options("harbor") | _options("serve")
     for field, (flags, _) in _table().items():
         if not flags:
             assert "--" + field.rsplit(".", 1)[-1].replace("_", "-") not in options, field
@@ -109,14 +109,25 @@ def test_each_flag_exists_and_sets_its_field(
 ) -> None:
     flags, _ = _table()[field]
     assert set(flags) <= _options(command)
-    if command == "harbor":
+    if command == "harbor" or (command == "serve" and field.startswith("harbor.")):
         pytest.importorskip("harbor")
     args, expected = GIVEN[field]
     assert args[0] in flags
-    seen: list[RunSettings] = []
+    seen: list[RunSpec] = []
+    if command == "serve":
+        _stop_serve_before_listening(monkeypatch, seen)
+        base = ["--workflow", "tests.workflows:NoopWorkflow", "--code-dir", str(REPO)]
+        base += ["--port", "0", "--display", "none"]
+        if field.startswith("harbor."):
+            base += ["--task-dir", "task"]
+        proc = cli(command, *base, *args)
+        assert proc.returncode == 0, proc.stderr
+        (spec,) = seen
+        assert _field(spec, field) == expected
+        return
 
     def launched(settings: RunSettings, make_backend: object) -> None:
-        seen.append(settings)
+        seen.append(settings.spec)
         raise typer.Exit(0)
 
     # the module, not the package's attribute of that name (the command function)
@@ -128,5 +139,24 @@ def test_each_flag_exists_and_sets_its_field(
         base += ["--task-dir", "task"]
     proc = cli(command, data, *base, *args)
     assert proc.returncode == 0, proc.stderr
-    (settings,) = seen
-    assert _field(settings.spec, field) == expected
+    (spec,) = seen
+    assert _field(spec, field) == expected
+
+
+def _stop_serve_before_listening(monkeypatch: pytest.MonkeyPatch, seen: list[RunSpec]) -> None:
+    """``osmo-run serve`` notes the spec it loads in ``seen`` and stops, its backend made,
+    where it would listen."""
+    from osmo_run.cli import launch
+
+    load_run_spec = launch.load_run_spec
+
+    def loaded(*args: Any, **kwargs: Any) -> RunSpec:
+        spec = load_run_spec(*args, **kwargs)
+        seen.append(spec)
+        return spec
+
+    def run_serving(run: object) -> int:
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(launch, "load_run_spec", loaded)
+    monkeypatch.setattr("osmo_run.serve.session.run_serving", run_serving)

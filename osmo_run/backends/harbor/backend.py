@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import os
 import shutil
 import sys
 import time
@@ -49,7 +50,14 @@ from osmo_run.backends.harbor.preflight import (
     is_local_docker,
     task_for_row,
 )
-from osmo_run.backends.harbor.relay import LoopbackRelay, reach_from_trials
+from osmo_run.backends.harbor.relay import (
+    LoopbackRelay,
+    is_loopback,
+    reach_from_trials,
+    rewrite_url,
+    start_relay,
+    url_target,
+)
 from osmo_run.backends.harbor.remote_probes import PREFLIGHT_TIMEOUT_SEC
 from osmo_run.backends.harbor.requirements import (
     RequirementOptions,
@@ -68,6 +76,7 @@ from osmo_run.backends.harbor.runtime import (
 from osmo_run.backends.harbor.trial_config import (
     OSMO_GRADES,
     TASK_GRADES,
+    RequestEndpoint,
     TrialSetup,
     trial_config,
 )
@@ -241,6 +250,10 @@ class HarborBackend(ExecutionBackend):
         self._python_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
         self._relays: list[LoopbackRelay] = []
+        # (host, port) of a loopback endpoint -> (gateway, port) of its relay: one per
+        # endpoint per run, the spec's and every served request's
+        self._relayed: dict[tuple[str, int], tuple[str, int]] = {}
+        self._relay_lock = asyncio.Lock()
         for event in TrialEvent:
             self._queue.add_hook(event, self._on_event)
 
@@ -352,13 +365,53 @@ class HarborBackend(ExecutionBackend):
         """The model's and the judge's base URLs as trial containers reach them, relaying
         a loopback one (once when both are the same server)."""
         llm_url, relay = await reach_from_trials(self._llm, self._is_docker)
-        self._relays += [relay] if relay is not None else []
+        self._keep_relay(self._llm, llm_url, relay)
         judge = self._judge
         if judge is not None and self._llm is not None and judge.base_url == self._llm.base_url:
             return llm_url, llm_url
         judge_url, relay = await reach_from_trials(judge, self._is_docker, "judge")
-        self._relays += [relay] if relay is not None else []
+        self._keep_relay(judge, judge_url, relay)
         return llm_url, judge_url
+
+    def _keep_relay(
+        self, endpoint: LLMEndpoint | None, url: str | None, relay: LoopbackRelay | None
+    ) -> None:
+        """Note ``relay`` (started for ``endpoint``, reached at ``url``) for the run's end,
+        and for the requests whose endpoint is on the same server."""
+        if relay is None or endpoint is None or url is None:
+            return
+        self._relays.append(relay)
+        self._relayed[url_target(endpoint.base_url)] = url_target(url)
+
+    async def _request_endpoint(self, seq: int, llm: LLMEndpoint) -> RequestEndpoint:
+        """Where the trial number ``seq`` reaches its request's own endpoint ``llm``: a
+        loopback one through the run's relay to that server (started by the first request
+        that needs it), and the name of the variable that holds its key while the trial
+        lives (see :meth:`execute`).
+
+        Raises :class:`InputError` for a loopback endpoint with a remote environment or a
+        port that cannot be, and :class:`EnvironmentNotReady` when its relay cannot start.
+        """
+        key_env = None
+        if llm.api_key:
+            key_env = f"OSMO_RUN_ROLLOUT_KEY_{self._invocation}_{seq:05d}"
+        if not is_loopback(llm.base_url):
+            return RequestEndpoint(llm.base_url, key_env)
+        if not self._is_docker:
+            raise InputError(
+                f"chat_completions_url {llm.base_url} is a loopback address (this machine), "
+                "which a remote sandbox cannot reach; give an address the sandbox reaches"
+            )
+        try:
+            target = url_target(llm.base_url)
+        except ValueError as exc:  # a port out of range, or not a number
+            raise InputError(f"chat_completions_url {llm.base_url}: {exc}") from None
+        async with self._relay_lock:  # rollouts of one new endpoint start one relay
+            if target not in self._relayed:
+                relay, gateway, port = await start_relay(llm.base_url, "chat_completions_url")
+                self._relays.append(relay)
+                self._relayed[target] = (gateway, port)
+        return RequestEndpoint(rewrite_url(llm.base_url, *self._relayed[target]), key_env)
 
     async def _label_containers(self, staging: Path) -> Path | None:
         """The compose overlay labelling this run's Docker containers, after removing what
@@ -410,9 +463,10 @@ class HarborBackend(ExecutionBackend):
         await self.prepare()
         assert self._setup is not None
         self._seq += 1
+        seq = self._seq
         # A Compose project and container name (<= 63 characters, [a-z0-9-]): unique by the
         # invocation and sequence number, readable by the row's safe name, never its raw id.
-        trial_name = f"osmo-{self._invocation}-{self._seq:05d}-{docker_part(request.safe_name)}"
+        trial_name = f"osmo-{self._invocation}-{seq:05d}-{docker_part(request.safe_name)}"
         try:
             task_dir = task_for_row(
                 request, self._task_dir, self._tasks_root, self._grader_path is not None
@@ -420,8 +474,13 @@ class HarborBackend(ExecutionBackend):
             await self._check_python(task_dir)
             image = await self._image_for(task_dir) if self._prebuild else None
             site = None if self._prebuild else await self._site_for(task_dir)
-            config, grading = trial_config(self._setup, request, trial_name, task_dir, image, site)
-        except (InputError, DockerCommandError) as exc:
+            own = None
+            if request.llm is not None:
+                own = await self._request_endpoint(seq, request.llm)
+            config, grading = trial_config(
+                self._setup, request, trial_name, task_dir, image, site, own
+            )
+        except (InputError, DockerCommandError, EnvironmentNotReady) as exc:
             category = (
                 ErrorCategory.VALIDATION_ERROR
                 if isinstance(exc, InputError)
@@ -439,6 +498,11 @@ class HarborBackend(ExecutionBackend):
             grading=grading,
         )
         self._pending[trial_name] = pending
+        key_env = own.key_env if own is not None else None
+        if key_env is not None and request.llm is not None and request.llm.api_key:
+            # Harbor fills the agent's ${key_env} from this process's environment when
+            # it starts the trial; the value is in no file, and gone when the trial ends
+            os.environ[key_env] = request.llm.api_key
         try:
             trial = await self._queue.submit(config)
         except asyncio.CancelledError:
@@ -449,6 +513,8 @@ class HarborBackend(ExecutionBackend):
         else:
             result = self._finish(pending, trial_name, trial)
         finally:
+            if key_env is not None:
+                os.environ.pop(key_env, None)
             self._pending.pop(trial_name, None)
             shutil.rmtree(self._setup.inputs_dir(trial_name), ignore_errors=True)
         await self._deliver(pending, result)

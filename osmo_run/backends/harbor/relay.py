@@ -116,17 +116,28 @@ async def reach_from_trials(
             "which a remote sandbox cannot reach; serve the model on a public address and set "
             f"{section}.base_url to it"
         )
+    relay, gateway, port = await start_relay(llm.base_url, f"{section}.base_url")
+    return rewrite_url(llm.base_url, gateway, port), relay
+
+
+async def start_relay(url: str, what: str) -> tuple[LoopbackRelay, str, int]:
+    """A relay from Docker's bridge gateway to the loopback endpoint ``url``: the relay
+    (the caller closes it when the run ends), the gateway address and the port it listens
+    on. ``what`` names ``url`` in errors (``llm.base_url``).
+
+    Raises :class:`EnvironmentNotReady` when the gateway is unknown or not one address, or
+    the relay cannot listen.
+    """
     gateway = await docker_ops.bridge_gateway()
     if not gateway or ipaddress.ip_address(gateway).is_unspecified:
         # asyncio would listen on every interface: the model open to other machines
         raise EnvironmentNotReady(f"Docker's bridge gateway {gateway!r} is not one address")
-    relay = LoopbackRelay(*url_target(llm.base_url))
+    relay = LoopbackRelay(*url_target(url))
     try:
         port = await relay.start(gateway)
     except OSError as exc:
         raise EnvironmentNotReady(
-            f"{section}.base_url {llm.base_url} is a loopback address and relaying it "
-            f"into containers on {gateway} failed ({exc}); serve the model on an "
-            f"address containers reach and set {section}.base_url to it"
+            f"{what} {url} is a loopback address and relaying it into containers on "
+            f"{gateway} failed ({exc}); serve the model on an address containers reach"
         ) from None
-    return rewrite_url(llm.base_url, gateway, port), relay
+    return relay, gateway, port

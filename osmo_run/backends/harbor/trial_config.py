@@ -70,6 +70,18 @@ class TrialSetup:
         return self.staging / "inputs" / trial_name
 
 
+@dataclass(frozen=True)
+class RequestEndpoint:
+    """A request's own model endpoint (a served rollout's, :attr:`ExecutionRequest.llm`)
+    as its trial reaches it: ``url``, its base URL from inside the trial (through the
+    run's relay when it is a loopback one), and ``key_env``, the name of the host
+    environment variable holding its key while the trial lives (``None``: the request
+    has no key, and the trial gets none, never the run's)."""
+
+    url: str
+    key_env: str | None = None
+
+
 def trial_config(
     setup: TrialSetup,
     request: ExecutionRequest,
@@ -77,18 +89,28 @@ def trial_config(
     task_dir: Path,
     image: str | None,
     site_archive: Path | None = None,
+    own_endpoint: RequestEndpoint | None = None,
 ) -> tuple[TrialConfig, str]:
     """The trial for ``request`` in ``task_dir`` and how it is graded: :data:`OSMO_GRADES`,
     :data:`TASK_GRADES`, or the reason it is not graded. ``image`` is the prebuilt image to
     start from (``None``: the task's own image, with the SDK and code uploaded per trial,
     and ``site_archive``, the workflow's installed requirements, when it has any).
-    Writes the trial's input files under ``setup.inputs_dir(trial_name)``."""
+    A request with its own endpoint (``request.llm``) uses it, never the run's endpoint
+    or key; ``own_endpoint`` says how the trial reaches it (default: its base URL as
+    given, without a key). Writes the trial's input files
+    under ``setup.inputs_dir(trial_name)``; no key is in them or in the config (the
+    agent's env names a variable Harbor fills in)."""
     inputs = setup.inputs_dir(trial_name)
     inputs.mkdir(parents=True, exist_ok=True)
     workflow_file = inputs / "workflow.json"
-    spec = workflow_input(
-        request, setup.workflow_path, setup.workflow_config, setup.llm, setup.llm_url
-    )
+    llm: LLMEndpoint | None
+    llm_url: str | None
+    if request.llm is not None:
+        own = own_endpoint or RequestEndpoint(request.llm.base_url)
+        llm, llm_url, key_env = request.llm, own.url, own.key_env
+    else:
+        llm, llm_url, key_env = setup.llm, setup.llm_url, setup.llm_api_key_env
+    spec = workflow_input(request, setup.workflow_path, setup.workflow_config, llm, llm_url)
     workflow_file.write_text(json.dumps(spec), encoding="utf-8")
     environment = _environment_config(setup, image)
     uploads = _Uploads(setup, site_archive, image is None)
@@ -97,7 +119,7 @@ def trial_config(
         task=TaskConfig(path=task_dir),
         trial_name=trial_name,
         trials_dir=setup.trials_dir,
-        agent=_agent_config(setup, request, workflow_file, uploads),
+        agent=_agent_config(request, workflow_file, uploads, key_env),
         environment=environment,
         verifier=verifier,
     )
@@ -147,12 +169,11 @@ def _environment_config(setup: TrialSetup, image: str | None) -> EnvironmentConf
 
 
 def _agent_config(
-    setup: TrialSetup,
     request: ExecutionRequest,
     workflow_file: Path,
     uploads: _Uploads,
+    key_env: str | None,
 ) -> AgentConfig:
-    key_env = setup.llm_api_key_env
     return AgentConfig(
         import_path=AGENT_IMPORT_PATH,
         kwargs={
