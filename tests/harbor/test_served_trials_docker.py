@@ -112,7 +112,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
         )
     )
     command = [
-        str(OSMO_RUN), "serve", "--spec", str(spec), "--keep-trials", "--port", "0",
+        str(OSMO_RUN), "serve", "--spec", str(spec), "--backend", "harbor", "--keep-trials",
+        "--port", "0",
         "--display", "plain", "--output", str(tmp_path / "out" / "results.jsonl"),
         "--shutdown-grace", "5",
     ]  # fmt: skip
@@ -153,6 +154,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
                 process.kill()
                 process.wait(30)
         reader.join(30)
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def _files_holding(root: Path, secrets: list[str]) -> list[str]:
