@@ -216,13 +216,14 @@ class EndpointLimit:
         self._unproven.append(grant)
         return grant
 
-    def _end(self, grant: Grant) -> bool:
-        """Mark ``grant``'s try ended; whether the clock had accepted it already."""
-        accepted = grant.state == ACCEPTED
-        if accepted and self._slow_start:
+    def _end(self, grant: Grant) -> None:
+        """Mark ``grant``'s try ended. Its answer still grows the limit in slow start when
+        the clock accepted it: the clock's rule is a level (twice the calls accepted and
+        still in flight), which calls answered soon after acceptance never raise; without
+        their answers a 100 ms endpoint's limit stalled at 32."""
+        if grant.state == ACCEPTED and self._slow_start:
             self._accepted_in_flight -= 1
         grant.state = ENDED
-        return accepted
 
     def _arm_clock(self) -> None:
         """In slow start, while calls wait, count the oldest try in flight as accepted
@@ -257,7 +258,7 @@ class EndpointLimit:
 
     def release(self, grant: Grant, outcome: Outcome) -> None:
         """Give a slot back, telling the limit how its try ended."""
-        counted = self._end(grant)
+        self._end(grant)
         used = self.in_flight >= self.limit or bool(self._waiters)
         """Whether the limit held calls back: only then did the answer test it (rows that
         start slowly must not grow it past what was ever sent at once)."""
@@ -274,7 +275,7 @@ class EndpointLimit:
                 if self._slow_start:  # the lowest since the limit first backed off
                     self._end_slow_start()
                     self.min = self.limit
-        elif outcome is Outcome.ANSWERED and self.fixed is None and used and not counted:
+        elif outcome is Outcome.ANSWERED and self.fixed is None and used:
             if self._slow_start:
                 step = 1.0
             elif self._limit + 1.0 < self._throttled_at:

@@ -18,7 +18,12 @@ import pytest
 
 from osmo_run.errors import ExitCode
 from osmo_run.sdk.model_layer import answered
-from osmo_run.sdk.model_limits import INITIAL_LIMIT, EndpointLimit, Outcome
+from osmo_run.sdk.model_limits import (
+    ACCEPTED_AFTER_SEC,
+    INITIAL_LIMIT,
+    EndpointLimit,
+    Outcome,
+)
 from tests.conftest import CLI, cli_env, read_jsonl
 from tests.llm.endpoint_runs import ENV, write_rows, write_spec
 from tests.llm.slot_stub import SlotStub, serve_slots
@@ -203,6 +208,26 @@ def test_a_slow_endpoint_that_never_says_429_gets_every_call_before_the_first_an
 
     peak, first_answer_at = asyncio.run(main())
     assert peak == 512, f"{peak} calls in flight before the first answer at {first_answer_at:.1f} s"
+
+
+def test_calls_answered_as_the_clock_accepts_them_still_grow_the_limit() -> None:
+    """Calls of about ACCEPTED_AFTER_SEC are accepted by the clock and answered at once:
+    their answers must still grow the limit (a version that counted them once, on the
+    clock, stalled at 32 of 1,000 and took 24 s for what takes 3)."""
+
+    async def main() -> EndpointLimit:
+        limit = EndpointLimit("http://x", ceiling=1000)
+
+        async def call() -> None:
+            async with limit.slot() as slot:
+                await asyncio.sleep(ACCEPTED_AFTER_SEC)
+                slot.done(Outcome.ANSWERED)
+
+        await asyncio.gather(*(call() for _ in range(4000)))
+        return limit
+
+    limit = asyncio.run(main())
+    assert limit.throttled == 0 and limit.max == 1000, limit.stats()
 
 
 def test_a_429_ends_the_clocked_slow_start() -> None:
