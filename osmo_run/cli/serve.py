@@ -169,60 +169,59 @@ def serve(
     api_key = _server_key(api_key_env)
     check_binding(host, api_key)
     results = run_spec.output or _default_output(spec, run_spec.workflow)
-    first_index = existing_results(results, resume, overwrite)
-    llm = run_spec.llm.endpoint() if run_spec.llm is not None else None
-    judge = run_spec.judge.endpoint() if run_spec.judge is not None else None
-    secrets = tuple(
-        key for key in (llm and llm.api_key, judge and judge.api_key) if key
-    ) + env_file_secrets(env_file)
-    parallel = run_spec.build_workflow_config().concurrency.max_concurrent
-    if harbor:
-        backend = _harbor_backend(run_spec, trials, results, llm, judge, secrets)
-    else:
-        backend = _local_backend(run_spec, results, llm, judge)
-    settings = ServeSettings(
-        max_queued=max_queued or DEFAULT_QUEUE_FACTOR * parallel,
-        result_wait_sec=result_wait,
-        lease_sec=lease_timeout,
-        model_name=(run_spec.llm.model if run_spec.llm else None) or DEFAULT_MODEL_NAME,
-        agent_timeout_sec=run_spec.timeouts.agent_sec,
-        grader_timeout_sec=run_spec.timeouts.grader_sec,
-        capture_tokens=run_spec.llm is not None and run_spec.llm.capture == "tokens",
-    )
-    out = console(stderr=True)
-    shown = make_display(display, out)
-    if isinstance(shown, PlainDisplay):
-        shown = ServedPlainDisplay(out.file)
-    serving = ServeRun(
-        backend,
-        results,
-        settings,
-        ServeOptions(host=host, port=port, api_key=api_key, shutdown_grace_sec=shutdown_grace),
-        shown,
-        secrets=secrets,
-        retry=run_spec.retries.policy(),
-        breaker=None if run_spec.breaker is None else Breaker(run_spec.breaker),
-        first_index=first_index,
-    )
-    finished, again = serving.restore(results) if resume else (0, 0)
-    kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
-    trial = f" · harbor trials, env {run_spec.harbor.env}" if harbor else ""
-    shown.start(
-        again,
-        f"osmo-run serve{trial} · concurrency {parallel} · queue {settings.max_queued} · "
-        f"output {results}{kept}",
-    )
-    if harbor:
-        from osmo_run.run.writing.runfiles import RunPaths
-        from osmo_run.run.writing.runlock import run_locked
+    from osmo_run.run.writing.runfiles import RunPaths
+    from osmo_run.run.writing.runlock import run_locked
 
-        # the trials' containers carry the lock file: held, no other run's sweep and no
-        # `osmo-run cleanup` takes them for a killed run's
-        with run_locked(RunPaths(results), "serving run"):
-            code = run_serving(serving)
-    else:
+    # One live invocation per run, taken before the results are read or removed: a second
+    # server on the same --output (with --resume or --overwrite too) is refused in one line.
+    # Harbor trials' containers carry the lock file: no other run's sweep and no
+    # `osmo-run cleanup` takes them for a killed run's while it is held.
+    with run_locked(RunPaths(results), "serving run"):
+        first_index = existing_results(results, resume, overwrite)
+        llm = run_spec.llm.endpoint() if run_spec.llm is not None else None
+        judge = run_spec.judge.endpoint() if run_spec.judge is not None else None
+        secrets = tuple(
+            key for key in (llm and llm.api_key, judge and judge.api_key) if key
+        ) + env_file_secrets(env_file)
+        parallel = run_spec.build_workflow_config().concurrency.max_concurrent
+        if harbor:
+            backend = _harbor_backend(run_spec, trials, results, llm, judge, secrets)
+        else:
+            backend = _local_backend(run_spec, results, llm, judge)
+        settings = ServeSettings(
+            max_queued=max_queued or DEFAULT_QUEUE_FACTOR * parallel,
+            result_wait_sec=result_wait,
+            lease_sec=lease_timeout,
+            model_name=(run_spec.llm.model if run_spec.llm else None) or DEFAULT_MODEL_NAME,
+            agent_timeout_sec=run_spec.timeouts.agent_sec,
+            grader_timeout_sec=run_spec.timeouts.grader_sec,
+            capture_tokens=run_spec.llm is not None and run_spec.llm.capture == "tokens",
+        )
+        out = console(stderr=True)
+        shown = make_display(display, out)
+        if isinstance(shown, PlainDisplay):
+            shown = ServedPlainDisplay(out.file)
+        serving = ServeRun(
+            backend,
+            results,
+            settings,
+            ServeOptions(host=host, port=port, api_key=api_key, shutdown_grace_sec=shutdown_grace),
+            shown,
+            secrets=secrets,
+            retry=run_spec.retries.policy(),
+            breaker=None if run_spec.breaker is None else Breaker(run_spec.breaker),
+            first_index=first_index,
+        )
+        finished, again = serving.restore(results) if resume else (0, 0)
+        kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
+        trial = f" · harbor trials, env {run_spec.harbor.env}" if harbor else ""
+        shown.start(
+            again,
+            f"osmo-run serve{trial} · concurrency {parallel} · queue {settings.max_queued} · "
+            f"output {results}{kept}",
+        )
         code = run_serving(serving)
-    raise typer.Exit(int(code))
+        raise typer.Exit(int(code))
 
 
 def _wants_harbor(backend: str | None, trials: HarborFlags, isolation: str | None) -> bool:

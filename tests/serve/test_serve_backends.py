@@ -184,3 +184,43 @@ def test_a_harbor_check_that_fails_before_the_first_rollout_stops_the_server_in_
     assert len(errors) == 1 and "DAYTONA_API_KEY" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert "listening on" not in done.stderr
+
+
+def test_a_second_server_on_the_same_output_is_refused_before_it_touches_the_results(
+    cli: CLI, tmp_path: Path, served: list[ServeRun]
+) -> None:
+    """One live invocation per run, the local backend's too: a server on an --output another
+    live process holds is refused in one line, and even with --overwrite the results it
+    would have removed are still there."""
+    from osmo_run.run.writing.runfiles import RunPaths
+    from osmo_run.run.writing.runlock import run_locked
+
+    results = tmp_path / "out" / "results.jsonl"
+    results.parent.mkdir(parents=True)
+    results.write_text('{"kept": true}\n')
+    with run_locked(RunPaths(results), "serving run"):  # stands for the first server
+        done = _serve(cli, tmp_path, "--spec", _spec(tmp_path), "--overwrite")
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "results.jsonl" in done.stderr, done.stderr
+    assert results.read_text() == '{"kept": true}\n', "the live run's results were removed"
+    assert served == []
+
+
+def test_a_local_server_holds_its_run_lock_while_it_serves(
+    cli: CLI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmo_run.run.writing.runfiles import RunPaths
+    from osmo_run.run.writing.runlock import held_by_another, lock_path
+
+    lock = lock_path(RunPaths(tmp_path / "out" / "results.jsonl"))
+    seen: list[bool] = []
+
+    def run_serving(run: ServeRun) -> int:
+        seen.append(held_by_another(lock))
+        raise typer.Exit(0)
+
+    monkeypatch.setattr("osmo_run.serve.session.run_serving", run_serving)
+    done = _serve(cli, tmp_path, "--spec", _spec(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert seen == [True] and not held_by_another(lock)
