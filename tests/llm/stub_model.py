@@ -75,6 +75,9 @@ class StubModel(ThreadingHTTPServer):
         self._released = 0  # how many times `gather` calls were in flight at once
         self.requests: list[StubRequest] = []
         self.token_ids = False
+        self.prompt_ids: int | None = None
+        """With ``token_ids``: this many prompt ids in every answer (a long context in a
+        few words), instead of one a word."""
         self.token_answers: list[dict[str, Any]] = []
         """``{"prompt_token_ids", "completion_token_ids", "logprobs"}`` of each answer
         that carried token ids, in the order they were sent."""
@@ -136,7 +139,7 @@ class StubModel(ThreadingHTTPServer):
             return {}, {}
         with self._lock:
             base = 100_000 * (len(self.token_answers) + 1)
-            prompt = [base + i for i in range(max(prompt_tokens, 1))]
+            prompt = [base + i for i in range(self.prompt_ids or max(prompt_tokens, 1))]
             completion = [base + 50_000 + i for i in range(completion_tokens)]
             logprobs = [-0.015625 * (i + 1) for i in range(completion_tokens)]  # exact in binary
             answer = {"prompt_token_ids": prompt, "completion_token_ids": completion}

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import re
+import resource
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import ExitCode
 from osmo_run.sdk.turns import missing_ids_notice
-from tests.conftest import CLI, REPO, cli_env, read_jsonl
+from tests.conftest import CLI, OSMO_RUN, REPO, cli_env, read_jsonl
 from tests.llm.stub_model import StubModel
 
 ENV = {"NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
@@ -175,3 +177,37 @@ def test_rollouts_in_child_processes_bring_their_turns_back(
     written = {_ids(turn) for line in lines for turn in line["turns"]}
     assert written == {_ids(answer) for answer in stub_model.token_answers}
     assert len(written) == 4
+
+
+def test_a_turns_line_that_could_not_be_written_runs_its_rollout_again(
+    cli: CLI, tmp_path: Path, stub_model: StubModel
+) -> None:
+    """The result line is a rollout's commit point: its turns line is written first, so a
+    run that stops between the two (a crash, a full disk, a file-size limit) leaves a
+    rollout that ``--resume`` runs again, never a kept result whose turns are gone."""
+    stub_model.token_ids = True
+    stub_model.prompt_ids = 60_000  # a turns line of about 480 kB, a result line of 2 kB
+    rows = [{"id": f"r{i}", "prompt": "hi", "metadata": {"turns": 1}} for i in range(6)]
+    spec, data = _spec(tmp_path, stub_model), _data(tmp_path, rows)
+    output = tmp_path / "out" / "results.jsonl"
+
+    def small_files() -> None:  # Python ignores SIGXFSZ: a write past it fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1_200_000, 1_200_000))
+
+    proc = subprocess.run(
+        [str(OSMO_RUN), "local", str(data), "--spec", str(spec), "-o", str(output),
+         "--display", "plain", "--concurrency", "1"],
+        cwd=tmp_path, env=cli_env(**ENV), capture_output=True, text=True, timeout=120,
+        preexec_fn=small_files,
+    )  # fmt: skip
+    assert proc.returncode != ExitCode.OK, proc.stdout + proc.stderr
+    assert "results.turns.jsonl" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    turns_file = output.with_name("results.turns.jsonl")
+    assert 0 < len(read_jsonl(output)) < len(rows)
+
+    proc, _ = _run(cli, tmp_path, spec, data, "--resume")
+    assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
+    results = sorted(line["rollout_id"] for line in read_jsonl(output))
+    turns = sorted(line["rollout_id"] for line in read_jsonl(turns_file))
+    assert results == turns == sorted(row["id"] for row in rows)

@@ -255,10 +255,13 @@ class Runner:
             result = _unwritable(result, exc)
             line = serialize(result)
         try:
-            self._writer.write(line)
             turns = self._writer.turns
-            if result.turns and turns is not None:  # after its result: --resume keeps both
+            if result.turns and turns is not None:
+                # before its result: the result line commits both, so a run stopped
+                # between the two leaves a rollout --resume runs again, never a kept
+                # result whose turns are gone (an orphan turns line is dropped then)
                 result.turns = turns.write(result.rollout_id, result.turns)  # as written
+            self._writer.write(line)
         except BaseException as exc:
             self._fatal = exc
             self.interrupt()

@@ -1,5 +1,7 @@
 """The run's turns file (``<stem>.turns.jsonl`` beside the results, ``llm.capture: tokens``):
-one line per rollout that captured model calls, written right after its result line.
+one line per rollout that captured model calls, written just before its result line: the
+result line commits both, so a run stopped between the two leaves a rollout that ``--resume``
+runs again, never a kept result without its turns.
 
 A line is ``{"rollout_id": ..., "turns": [{"model", "finish_reason", "messages",
 "prompt_token_ids", "completion_token_ids", "logprobs"}, ...]}``, the turns in call order
