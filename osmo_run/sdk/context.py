@@ -16,6 +16,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.names import safe_name
@@ -31,6 +32,35 @@ class SampleSource(Protocol):
     """
 
     def get_sample(self) -> RolloutSample | Awaitable[RolloutSample | None] | None: ...
+
+
+_CHAT_PATH = "/chat/completions"
+
+
+def checked_base_url(url: str) -> str:
+    """``url`` as an endpoint's base URL: an ``http://`` or ``https://`` URL with a host and
+    a valid port. A URL given whole, ending in ``/chat/completions`` (no query), has that
+    part dropped, since the path is appended to every call and would be doubled.
+
+    Raises ``ValueError`` with a message for the person who wrote ``url``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a broken [IPv6] host
+        raise ValueError(f"is not a URL: {exc} (got {url!r})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"must start with http:// or https:// (got {url!r})")
+    if not parts.hostname:
+        raise ValueError(f"names no host (got {url!r})")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or not 0-65535
+        port = 0
+    if port == 0 and parts.netloc.rsplit("]", 1)[-1].count(":"):
+        raise ValueError(f"has a port that is not a number from 1 to 65535 (got {url!r})")
+    trimmed = url.rstrip("/")
+    if trimmed.endswith(_CHAT_PATH) and not parts.query:
+        return trimmed[: -len(_CHAT_PATH)]
+    return url
 
 
 @dataclass

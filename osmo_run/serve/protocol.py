@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from osmo_run.sdk.context import checked_base_url
 from osmo_run.sdk.types import (
     SAMPLE_REMOVED,
     ErrorCategory,
@@ -82,6 +83,13 @@ class RolloutRequest(BaseModel):
         if not _encodable(value):
             raise ValueError("must be valid Unicode (it holds a lone surrogate)")
         return value
+
+    @field_validator("chat_completions_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        """Refused at admission, not after the rollout spent its deadline retrying a URL
+        that can never answer; a URL given whole has its ``/chat/completions`` dropped."""
+        return checked_base_url(value)
 
     @field_validator("llm_api_key")
     @classmethod

@@ -157,3 +157,20 @@ def test_the_agent_integrations_use_each_rollouts_endpoint_one_client_per_endpoi
     assert len(stub.requests) == 4 and len(second_stub.requests) == 2  # two calls a rollout
     assert sum(created.values()) == 2  # one client per endpoint, shared by its rollouts
     assert KEY not in _every_output(tmp_path) and OTHER_KEY not in _every_output(tmp_path)
+
+
+def test_a_url_given_whole_reaches_chat_completions_once(tmp_path: Path, stub: StubModel) -> None:
+    """osmosis's ``chat_completions_url`` is a base URL the agent appends
+    ``/chat/completions`` to; a trainer that gives the whole URL is not sent to
+    ``.../chat/completions/chat/completions``."""
+
+    async def scenario() -> None:
+        workflow = "tests.llm.llm_workflows:ChatThenWorkflow"
+        async with serving(tmp_path, workflow=workflow, grader=None) as s:
+            whole = stub.base_url.rstrip("/") + "/chat/completions/"
+            token = await s.admitted("whole", url=whole)
+            answer = await s.final("whole", token)
+        assert answer["status"] == "success", answer
+        assert [r.path for r in stub.requests] == ["/v1/chat/completions"]
+
+    asyncio.run(scenario())

@@ -43,7 +43,7 @@ from osmo_run.sdk.config import (
     ConcurrencyConfig,
     GraderConfig,
 )
-from osmo_run.sdk.context import LLMEndpoint
+from osmo_run.sdk.context import LLMEndpoint, checked_base_url
 from osmo_run.sdk.types import ErrorCategory
 
 
@@ -142,9 +142,7 @@ class LLMSpec(_Strict):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        return value
+        return None if value is None else checked_base_url(value)
 
     @model_validator(mode="after")
     def _endpoint_or_embedded(self) -> LLMSpec:
