@@ -211,3 +211,27 @@ def test_a_turns_line_that_could_not_be_written_runs_its_rollout_again(
     results = sorted(line["rollout_id"] for line in read_jsonl(output))
     turns = sorted(line["rollout_id"] for line in read_jsonl(turns_file))
     assert results == turns == sorted(row["id"] for row in rows)
+
+
+def test_a_regraded_run_keeps_the_turns_its_workflows_made(
+    cli: CLI, tmp_path: Path, stub_model: StubModel
+) -> None:
+    """A regrade runs no workflow again, so the calls it grades are the run's own: the new
+    run directory carries them, and a second regrade replaces them rather than adding."""
+    stub_model.token_ids = True
+    rows = [{"id": f"r{i}", "prompt": f"hello {i}", "metadata": {"turns": 2}} for i in range(3)]
+    proc, output = _run(cli, tmp_path, _spec(tmp_path, stub_model), _data(tmp_path, rows))
+    assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
+    source = output.with_name("results.turns.jsonl").read_bytes()
+
+    for _ in range(2):
+        proc = cli(
+            "regrade", output.parent, "--grader", "tests.workflows:SampleGrader", "--overwrite",
+            env=cli_env(**ENV), timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
+    (regraded,) = [p for p in output.parent.parent.iterdir() if "regrade" in p.name]
+    turns = regraded / "results.turns.jsonl"
+    assert turns.read_bytes() == source
+    assert oct(turns.stat().st_mode & 0o777) == "0o600"
+    assert len(read_jsonl(regraded / "results.jsonl")) == 3

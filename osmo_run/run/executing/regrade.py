@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,22 @@ def _regrade_into(
                 builder.add_record(record)
 
     run_to_completion(main())
+    _carry_turns(run.paths.turns, paths.turns)
     return builder.build(output=str(paths.results))
+
+
+def _carry_turns(source: Path, target: Path) -> None:
+    """Copy the regraded run's turns file (its workflows' model calls, which a regrade does
+    not make again) beside the new results, replacing one an earlier regrade left there;
+    no file when the run captured none. Raises :class:`OutputError` when it cannot be
+    written."""
+    try:
+        target.unlink(missing_ok=True)
+        if source.is_file():
+            shutil.copyfile(source, target)  # masked when it was written
+            target.chmod(0o600)
+    except OSError as exc:
+        raise OutputError(f"{target}: cannot copy the run's turns file: {exc.strerror}") from None
 
 
 def _refuse_unreadable_lines(results: Path) -> None:
