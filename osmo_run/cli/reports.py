@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from osmo_run.cli.options import EnvFileOption, OverwriteOption, console
+
+if TYPE_CHECKING:
+    from osmo_run.run.configuring.spec import RunSpec
 
 
 def report(
@@ -173,9 +176,16 @@ def regrade(
             judge=judge,
             inputs=inputs,
             secrets=env_file_secrets(env_file),
+            judge_max_concurrency=_judge_max_concurrency(run_spec),
         )
     console().print(render_summary(summary))
     raise typer.Exit(int(exit_code_for(summary)))
+
+
+def _judge_max_concurrency(spec: RunSpec | None) -> int | None:
+    """The spec's ``judge.max_concurrency`` (``None``: adaptive)."""
+    judge = None if spec is None else spec.judge
+    return None if judge is None else judge.max_concurrency
 
 
 def _settings_json(text: str | None) -> dict[str, Any] | None:

@@ -134,6 +134,40 @@ def test_the_judges_endpoint_has_a_limit_of_its_own(cli: CLI, tmp_path: Path) ->
     assert limits[model.base_url.removesuffix("/v1")]["throttled"] == model.throttled
 
 
+def test_a_regrade_keeps_the_judge_under_its_endpoints_limit(cli: CLI, tmp_path: Path) -> None:
+    """``osmo-run regrade`` calls the judge as a run does: through an adaptive limit, so a
+    judge endpoint of 4 slots at ``--concurrency 50`` grades every row with few 429s."""
+    model = SlotStub(slots=SLOTS, delay_sec=0.01)
+    judge = SlotStub(slots=4, delay_sec=0.05, reply="GRADE: C")
+    with serve_slots(model), serve_slots(judge):
+        spec = _spec(tmp_path, llm={"base_url": model.base_url, "model": "stub-model"})
+        code, text, output = _run(cli, tmp_path, spec, rows=200)
+        assert code == ExitCode.OK, text
+        judge_spec = _spec(
+            tmp_path,
+            judge={"base_url": judge.base_url, "model": "stub-judge"},
+            grader="osmo_run.graders:ModelJudge",
+            grader_config={"settings": {"rubric": "any greeting"}},
+        )
+        proc = cli.subprocess(
+            "regrade", output.parent, "--spec", judge_spec, "--concurrency", "50",
+            timeout=300, env=cli_env(**ENV),
+        )  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == ExitCode.OK, text
+    (regraded,) = output.parent.parent.glob("out-regrade-*/results.jsonl")
+    assert [r["reward"] for r in read_jsonl(regraded)] == [1.0] * 200
+    assert judge.answered == 200
+    # without a limit 50 graders at once draw ~145 429s here; with it, twice the judge's 4
+    # while the limit is found, then one now and then as it probes (one call in 10 at most
+    # on a 4-slot endpoint, all calls at once, a loaded machine)
+    assert judge.throttled <= 2 * 4 + 200 // 10, judge.throttled
+    summary = json.loads(regraded.with_name("results.summary.json").read_text())
+    (limit,) = summary["model_limits"]
+    assert limit["endpoint"] == judge.base_url.removesuffix("/v1")
+    assert limit["throttled"] == judge.throttled and limit["min"] < 4
+
+
 async def _simulate(limit: EndpointLimit, capacity: int, calls: int) -> list[int]:
     """``calls`` calls (each retried after a 429) against an endpoint admitting
     ``capacity`` at once; the limits seen when a call was answered."""

@@ -41,6 +41,8 @@ from osmo_run.run.writing.runlock import run_locked
 from osmo_run.sdk.config import GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import resolve_class
+from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
+from osmo_run.sdk.model_limits import ModelLimits
 from osmo_run.sdk.rollout import grader_skip_reason, run_grader_phase, run_to_completion
 from osmo_run.sdk.types import ExecutionRequest, ExecutionResult, RolloutSample, RolloutStatus
 from osmo_run.sdk.workflow import Grader
@@ -148,11 +150,15 @@ def regrade(
     judge: LLMEndpoint | None = None,
     inputs: tuple[Named, ...] = (),
     secrets: tuple[str, ...] = (),
+    judge_max_concurrency: int | None = None,
 ) -> tuple[RunSummary, RunPaths]:
     """Grade every saved sample of ``run`` again with ``grader_name`` and ``settings`` (from
     :func:`choose_grader`), its judging grader calling ``judge``; return the new run's
     summary and paths (its summary file written). The judge's key and ``secrets``
-    (``--env-file``'s values) are masked in the new rows. The new run is locked
+    (``--env-file``'s values) are masked in the new rows. The judge's calls go through an
+    adaptive limit for its endpoint under ``concurrency``, as a run's do (fixed at
+    ``judge_max_concurrency``, the spec's ``judge.max_concurrency``, when given), recorded
+    in the summary's ``model``. The new run is locked
     (:mod:`~osmo_run.run.writing.runlock`) while it is written.
 
     Raises :class:`InputError` (no manifest, changed dataset, bad grader) or
@@ -180,6 +186,7 @@ def regrade(
             concurrency,
             judge,
             secrets,
+            judge_max_concurrency,
         )
         write_summary(paths, summary)
     return summary, paths
@@ -197,6 +204,7 @@ def _regrade_into(
     concurrency: int,
     judge: LLMEndpoint | None,
     secrets: tuple[str, ...],
+    judge_max_concurrency: int | None,
 ) -> RunSummary:
     """:func:`regrade` once ``paths`` is locked: the new run's summary."""
     if paths.results.exists() and paths.results.stat().st_size > 0:
@@ -210,8 +218,13 @@ def _regrade_into(
     regrader = _Regrader(run, requests, grader, config, concurrency, judge)
     builder = run.builder()
     keys = (judge.api_key,) if judge is not None and judge.api_key else ()
+    limits = ModelLimits(concurrency)
+    if judge is not None and judge_max_concurrency:
+        limits.fix(judge.base_url, judge_max_concurrency)
+    layer = ModelLayer(limits)
 
     async def main() -> None:
+        use_model_layer(layer)  # this task's context: the grading tasks inherit it
         with OutputWriter(paths.results, (*keys, *secrets)) as writer:
             pending = [regrader.grade(record) for record in iter_records(run.paths.results)]
             for done in asyncio.as_completed(pending):
@@ -224,7 +237,8 @@ def _regrade_into(
 
     run_to_completion(main())
     _carry_turns(run.paths.turns, paths.turns)
-    return builder.build(output=str(paths.results))
+    summary = builder.build(output=str(paths.results))
+    return dataclasses.replace(summary, model=layer.summary()) if limits.all() else summary
 
 
 def _carry_turns(source: Path, target: Path) -> None:
