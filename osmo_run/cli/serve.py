@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from osmo_run.backends.base import ExecutionBackend
     from osmo_run.run.configuring.spec import RunSpec
     from osmo_run.sdk.context import LLMEndpoint
+    from osmo_run.sdk.model_layer import ModelLayer
 
 DEFAULT_QUEUE_FACTOR = 4
 """``--max-queued`` defaults to this many times the concurrency."""
@@ -125,6 +126,7 @@ def serve(
     from osmo_run.run.configuring.envfile import env_file_secrets
     from osmo_run.run.controls.breaker import Breaker
     from osmo_run.run.executing.display import PlainDisplay, make_display
+    from osmo_run.run.executing.session import check_budget_is_counted
     from osmo_run.serve.rollouts import DEFAULT_MODEL_NAME, ServeSettings
     from osmo_run.serve.session import (
         ServedPlainDisplay,
@@ -184,6 +186,7 @@ def serve(
             key for key in (llm and llm.api_key, judge and judge.api_key) if key
         ) + env_file_secrets(env_file)
         parallel = run_spec.build_workflow_config().concurrency.max_concurrent
+        check_budget_is_counted(run_spec, "harbor" if harbor else "local")
         if harbor:
             backend = _harbor_backend(run_spec, trials, results, llm, judge, secrets)
         else:
@@ -211,6 +214,7 @@ def serve(
             retry=run_spec.retries.policy(),
             breaker=None if run_spec.breaker is None else Breaker(run_spec.breaker),
             first_index=first_index,
+            layer=_model_layer(run_spec, parallel, judge),
         )
         finished, again = serving.restore(results) if resume else (0, 0)
         kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
@@ -222,6 +226,21 @@ def serve(
         )
         code = run_serving(serving)
         raise typer.Exit(int(code))
+
+
+def _model_layer(spec: RunSpec, concurrency: int, judge: LLMEndpoint | None) -> ModelLayer:
+    """The layer every served rollout's model calls go through: an adaptive limit per
+    endpoint under ``concurrency`` (the spec's ``llm.max_concurrency`` fixes each rollout
+    endpoint's, ``judge.max_concurrency`` the judge's) and the spec's budget."""
+    from osmo_run.run.executing.session import run_budget
+    from osmo_run.sdk.model_layer import ModelLayer
+    from osmo_run.sdk.model_limits import ModelLimits
+
+    fixed = None if spec.llm is None else spec.llm.max_concurrency
+    limits = ModelLimits(concurrency, fixed_default=fixed)
+    if judge is not None and spec.judge is not None:
+        limits.fix(judge.base_url, spec.judge.max_concurrency)
+    return ModelLayer(limits, run_budget(spec))
 
 
 def _wants_harbor(backend: str | None, trials: HarborFlags, isolation: str | None) -> bool:

@@ -359,22 +359,27 @@ def endpoint_name(url: str) -> str:
 
 class ModelLimits:
     """One :class:`EndpointLimit` per endpoint of a run, made on its first call; adaptive
-    under ``ceiling`` (the run's concurrency) unless :meth:`fix` set the endpoint's."""
+    under ``ceiling`` (the run's concurrency) unless :meth:`fix` set the endpoint's, or
+    ``fixed_default`` is given for endpoints :meth:`fix` did not name (a server's rollouts
+    bring endpoints of their own: the spec's ``llm.max_concurrency`` holds each)."""
 
-    def __init__(self, ceiling: int) -> None:
+    def __init__(self, ceiling: int, fixed_default: int | None = None) -> None:
         self.ceiling = max(1, ceiling)
-        self._fixed: dict[str, int] = {}
+        self._fixed: dict[str, int | None] = {}
+        self._fixed_default = fixed_default
         self._limits: dict[str, EndpointLimit] = {}
 
-    def fix(self, url: str, limit: int) -> None:
-        """Hold the calls in flight to ``url``'s endpoint at ``limit`` (``llm.max_concurrency``)."""
+    def fix(self, url: str, limit: int | None) -> None:
+        """Hold the calls in flight to ``url``'s endpoint at ``limit`` (``llm.max_concurrency``);
+        ``None`` keeps it adaptive whatever ``fixed_default`` says."""
         self._fixed[endpoint_name(url)] = limit
 
     def for_url(self, url: str) -> EndpointLimit:
         name = endpoint_name(url)
         limit = self._limits.get(name)
         if limit is None:
-            limit = self._limits[name] = EndpointLimit(name, self.ceiling, self._fixed.get(name))
+            fixed = self._fixed.get(name, self._fixed_default)
+            limit = self._limits[name] = EndpointLimit(name, self.ceiling, fixed)
         return limit
 
     def all(self) -> list[EndpointLimit]:

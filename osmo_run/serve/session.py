@@ -37,6 +37,7 @@ from osmo_run.run.writing.records import record_dict, record_line
 from osmo_run.run.writing.runfiles import RunPaths, iter_records, repair_torn_tail
 from osmo_run.run.writing.text import one_line
 from osmo_run.run.writing.turns import line_rollout_id
+from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
 from osmo_run.sdk.rollout import run_to_completion
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
 from osmo_run.serve.app import create_app
@@ -109,7 +110,11 @@ class ServeRun:
         retry: RetryPolicy | None = None,
         breaker: Breaker | None = None,
         first_index: int = 0,
+        layer: ModelLayer | None = None,
     ) -> None:
+        self.layer = layer
+        """The model layer every rollout's calls go through (a limit per endpoint, the
+        spec's budget); made current when :meth:`serve` starts."""
         self.writer = ServedWriter(results, secrets)
         self.journal = OutputWriter(RunPaths(results).admitted)
         self.rollouts = ServedRollouts(
@@ -190,6 +195,11 @@ class ServeRun:
         self._stopping = asyncio.Event()
         if self.stop_reason is not None:
             self._stopping.set()
+        if self.layer is not None:
+            use_model_layer(self.layer)  # this task's context: the runner's tasks inherit it
+            self.display.model_status = self.layer.status
+            self.layer.on_wait = self.display.row_waiting_for_model
+            self.layer.on_notice = lambda line: self.display.message(self.writer.mask(line))
         config = uvicorn.Config(
             self.app,
             host=self.options.host,
@@ -237,7 +247,12 @@ class ServeRun:
             self.journal.close()
             await self.backend.aclose()
             self.display.stop()
-        return ExitCode.SYSTEMIC_FAILURE if self._tripped() else ExitCode.INTERRUPTED
+        if self._tripped():
+            return ExitCode.SYSTEMIC_FAILURE
+        budget = None if self.layer is None else self.layer.budget
+        return (
+            ExitCode.BUDGET_SPENT if budget is not None and budget.spent else ExitCode.INTERRUPTED
+        )
 
     def _tripped(self) -> bool:
         return self.breaker is not None and self.breaker.tripped is not None
@@ -246,10 +261,14 @@ class ServeRun:
         """The runner stopped on its own (the breaker): refuse submissions with the cause,
         record what it never started as cancelled."""
         trip = self.breaker.tripped if self.breaker is not None else None
+        budget = None if self.layer is None else self.layer.budget
         cause = (
             f"the breaker stopped this server: {trip.after} rollouts in a row failed with "
             f"{trip.category} ({trip.message}); fix the cause and restart it"
             if trip is not None
+            else f"budget: {budget.reached()}; no further model call is sent: restart the "
+            "server with a larger budget (--resume keeps what finished)"
+            if budget is not None and budget.spent
             else "the runner stopped; restart the server"
         )
         self.rollouts.refuse_new(cause)

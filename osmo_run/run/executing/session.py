@@ -18,6 +18,7 @@ from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.errors import ExitCode, SpecError
+from osmo_run.run.configuring.spec import RunSpec
 from osmo_run.run.controls.breaker import Breaker
 from osmo_run.run.controls.interrupts import interrupts_handled
 from osmo_run.run.executing.display import Display, make_display
@@ -53,7 +54,7 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
-    _check_budget_is_counted(plan)
+    check_budget_is_counted(plan.spec, plan.settings.backend_name)
     if not plan.paths.results.is_dir():  # a directory gets its own line from prepare_run_dir
         check_writable(plan.paths.results, "--output")  # named as the flag, before the lock
     with run_locked(plan.paths):  # one live invocation per run: held until the summary
@@ -112,18 +113,18 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     return with_model_server(plan, endpoint, info, note)
 
 
-def _check_budget_is_counted(plan: RunPlan) -> None:
-    """Refuse a budget the run could not hold (it fails closed, never open): the model
-    calls of rows in child processes (``isolation: process``) and in Harbor trials do not
-    pass through this process, so nothing would count them."""
-    budget = plan.spec.budget
+def check_budget_is_counted(spec: RunSpec, backend_name: str) -> None:
+    """Refuse, with :class:`SpecError`, a budget the run could not hold (it fails closed,
+    never open): the model calls of rows in child processes (``isolation: process``) and
+    in Harbor trials do not pass through this process, so nothing would count them."""
+    budget = spec.budget
     if budget.tokens is None and budget.usd is None and budget.model_calls is None:
         return
     where = (
         "Harbor trials"
-        if plan.settings.backend_name == "harbor"
+        if backend_name == "harbor"
         else "child processes (isolation: process)"
-        if plan.spec.isolation == "process"
+        if spec.isolation == "process"
         else None
     )
     if where is not None:
@@ -132,6 +133,18 @@ def _check_budget_is_counted(plan: RunPlan) -> None:
             "yet, so it could not stop them; remove budget (and --budget-tokens, "
             "--budget-usd) or run in-process (osmo-run local, isolation: none)"
         )
+
+
+def run_budget(spec: RunSpec) -> RunBudget:
+    """The spec's ``budget`` with its ``prices`` (not limited when it sets none)."""
+    prices = {
+        model: Price(price.input_per_mtok, price.output_per_mtok)
+        for model, price in spec.prices.items()
+    }
+    llm_model = None if spec.llm is None else spec.llm.model
+    return RunBudget(
+        spec.budget.tokens, spec.budget.usd, spec.budget.model_calls, prices, llm_model
+    )
 
 
 def model_layer(plan: RunPlan, state: ResumeState, concurrency: int) -> ModelLayer:
@@ -143,14 +156,9 @@ def model_layer(plan: RunPlan, state: ResumeState, concurrency: int) -> ModelLay
     for section, endpoint in ((spec.llm, plan.llm), (spec.judge, plan.judge)):
         if section is not None and endpoint is not None and section.max_concurrency:
             limits.fix(endpoint.base_url, section.max_concurrency)
-    prices = {
-        model: Price(price.input_per_mtok, price.output_per_mtok)
-        for model, price in spec.prices.items()
-    }
+    budget = run_budget(spec)
+    prices = budget.prices
     llm_model = None if spec.llm is None else spec.llm.model
-    budget = RunBudget(
-        spec.budget.tokens, spec.budget.usd, spec.budget.model_calls, prices, llm_model
-    )
     if budget.limited and state.kept:
         kept = state.stats.build()
         judge_model = None if spec.judge is None else spec.judge.model

@@ -1,0 +1,113 @@
+"""Every served rollout's model calls go through the run's model layer, as ``osmo-run
+local``'s do: an adaptive limit per endpoint (each rollout brings its own) and the spec's
+budget, which, once spent, refuses further submissions with its cause (503) and ends the
+server with the budget's exit code. Through the real ``osmo-run serve`` and
+``osmo_run.client``; the endpoint is :mod:`tests.llm.slot_stub`."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from osmo_run.client import (
+    Rollout,
+    RolloutResult,
+    RolloutServerError,
+    ServeClient,
+    run_batch_sync,
+)
+from osmo_run.errors import ExitCode
+from tests.conftest import OSMO_RUN, cli_env, read_jsonl
+from tests.llm.endpoint_runs import ENV, write_spec
+from tests.llm.slot_stub import SlotStub, serve_slots
+from tests.serve.harness import body
+from tests.serve.test_osmosis_client import _listening
+
+
+def _serve(tmp_path: Path, spec: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(OSMO_RUN), "serve", "--spec", str(spec), "--port", "0", "--display", "none",
+         "--output", str(tmp_path / "run" / "results.jsonl")],
+        cwd=tmp_path, env=cli_env(**ENV), stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _stop(server: subprocess.Popen[str]) -> tuple[int, str]:
+    """SIGTERM the server; its exit code and what it printed."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+    try:
+        _, err = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    return server.returncode, err
+
+
+def _rollouts(stub: SlotStub, count: int) -> list[Rollout]:
+    return [
+        Rollout(f"r{i:03d}", [{"role": "user", "content": "hello"}], stub.base_url, label="Hi.")
+        for i in range(count)
+    ]
+
+
+def test_served_rollouts_share_an_adaptive_limit_per_endpoint(tmp_path: Path) -> None:
+    stub = SlotStub(slots=10, delay_sec=0.05)
+    with serve_slots(stub):
+        server = _serve(tmp_path, write_spec(tmp_path, 60))
+        try:
+            url = _listening(server)
+            results = run_batch_sync(url, _rollouts(stub, 300))
+        finally:
+            code, err = _stop(server)
+    assert code == ExitCode.INTERRUPTED, err
+    assert "Traceback" not in err, err
+    assert [r.status for r in results] == ["success"] * 300
+    assert stub.answered == 300
+    # 60 rollouts at once against 10 slots: without the layer every call backs off on its
+    # own (hundreds of 429s); with it, twice the 10 while the limit is found, then a few
+    assert stub.throttled <= 2 * 10 + 300 // 10, stub.throttled
+
+
+async def _each(url: str, rollouts: list[Rollout]) -> list[RolloutResult | BaseException]:
+    """Each rollout submitted and awaited on its own: its result, or why it was refused."""
+    async with ServeClient(url) as client:
+        return await asyncio.gather(*map(client.run, rollouts), return_exceptions=True)
+
+
+def test_a_spent_budget_refuses_submissions_with_its_cause_and_exits_6(tmp_path: Path) -> None:
+    stub = SlotStub(slots=40, delay_sec=0.1)
+    with serve_slots(stub):
+        spec = write_spec(tmp_path, 2, budget={"model_calls": 5})
+        server = _serve(tmp_path, spec)
+        try:
+            url = _listening(server)
+            outcomes = asyncio.run(_each(url, _rollouts(stub, 12)))
+            refused = httpx.post(url + "/rollout", json=body("late", url=stub.base_url))
+        finally:
+            code, err = _stop(server)
+    assert code == ExitCode.BUDGET_SPENT, err
+    assert "Traceback" not in err, err
+    assert stub.calls <= 5
+    finished = [o for o in outcomes if isinstance(o, RolloutResult)]
+    assert len([r for r in finished if r.status == "success"]) == stub.answered <= 5
+    # a submission after the budget was spent is refused with its cause, never queued
+    assert all(
+        isinstance(o, RolloutServerError) and o.status == 503 and "budget" in o.detail
+        for o in outcomes
+        if not isinstance(o, RolloutResult)
+    ), outcomes
+    assert refused.status_code == 503
+    assert "budget: model_calls 5 of 5 reached" in refused.json()["detail"], refused.text
+    lines = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert sorted(line["rollout_id"] for line in lines) == sorted(r.rollout_id for r in finished)
+    unfinished = [line for line in lines if line["status"] != "success"]
+    assert unfinished and all(
+        line["error_category"] == "budget_exceeded"
+        or (line["error_category"] == "cancelled" and "budget" in line["error_message"])
+        for line in unfinished
+    ), unfinished
