@@ -126,7 +126,7 @@ def serve(
     from osmo_run.run.configuring.envfile import env_file_secrets
     from osmo_run.run.controls.breaker import Breaker
     from osmo_run.run.executing.display import PlainDisplay, make_display
-    from osmo_run.run.executing.session import check_budget_is_counted
+    from osmo_run.run.executing.session import check_budget_is_counted, seed_budget
     from osmo_run.serve.rollouts import DEFAULT_MODEL_NAME, ServeSettings
     from osmo_run.serve.session import (
         ServedPlainDisplay,
@@ -217,6 +217,10 @@ def serve(
             layer=_model_layer(run_spec, parallel, judge),
         )
         finished, again = serving.restore(results) if resume else (0, 0)
+        if serving.layer is not None and serving.layer.budget is not None:
+            seed_budget(
+                serving.layer.budget, run_spec, serving.kept_usage, serving.kept_grader_usage
+            )
         kept = f" · {finished} results kept, {again} rollouts queued again" if resume else ""
         trial = f" · harbor trials, env {run_spec.harbor.env}" if harbor else ""
         shown.start(

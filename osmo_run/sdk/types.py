@@ -182,6 +182,14 @@ class LLMUsage:
         self.completion_tokens += max(int(completion_tokens), 0)
         self.model_sec += max(float(seconds), 0.0)
 
+    def merge(self, other: LLMUsage) -> None:
+        """Count ``other``'s calls, tokens and seconds too."""
+        self.model_calls += other.model_calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.model_sec += other.model_sec
+        self.retried_calls += other.retried_calls
+
     def to_dict(self) -> dict[str, Any]:
         """The output record's ``usage`` object."""
         return {

@@ -39,7 +39,7 @@ from osmo_run.run.writing.text import one_line
 from osmo_run.run.writing.turns import line_rollout_id
 from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
 from osmo_run.sdk.rollout import run_to_completion
-from osmo_run.sdk.types import ErrorCategory, ExecutionResult, RolloutStatus
+from osmo_run.sdk.types import ErrorCategory, ExecutionResult, LLMUsage, RolloutStatus
 from osmo_run.serve.app import create_app
 from osmo_run.serve.backend import ServedBackend, ServedWriter
 from osmo_run.serve.rollouts import ServedRollouts, ServeSettings
@@ -115,6 +115,9 @@ class ServeRun:
         self.layer = layer
         """The model layer every rollout's calls go through (a limit per endpoint, the
         spec's budget); made current when :meth:`serve` starts."""
+        self.kept_usage = LLMUsage()
+        self.kept_grader_usage = LLMUsage()
+        """What the rollouts :meth:`restore` kept spent (``--resume``: the budget counts it)."""
         self.writer = ServedWriter(results, secrets)
         self.journal = OutputWriter(RunPaths(results).admitted)
         self.rollouts = ServedRollouts(
@@ -159,6 +162,12 @@ class ServeRun:
             for record in iter_records(results):
                 if record.get("served") and self.rollouts.restore(record):
                     finished += 1
+                    for kept, spent in (
+                        (self.kept_usage, record.get("usage")),
+                        (self.kept_grader_usage, record.get("grader_usage")),
+                    ):
+                        if (usage := LLMUsage.from_dict(spent)) is not None:
+                            kept.merge(usage)
         turns = RunPaths(results).turns
         if finished and self.rollouts.settings.capture_tokens and turns.is_file():
             with open(turns, "rb") as handle:  # answered again with the turns they had
@@ -228,12 +237,15 @@ class ServeRun:
             self.url = _bound_url(server, self.options.host)
             if ready is not None and not ready.done():
                 ready.set_result(self.url)
+            budget = None if self.layer is None else self.layer.budget
+            if budget is not None and budget.spent:  # --resume of a run that spent it
+                self._stop_admitting()
             running = asyncio.create_task(self.runner.run(self.rollouts.items()))
             stopping = asyncio.create_task(self._stopping.wait())
             await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if running.done() and not self._stopping.is_set():
                 running.result()  # a fatal error of the runner (a full disk) raises here
-                self._after_breaker()
+                self._stop_admitting()
                 await self._stopping.wait()
             await self._wind_down(running)
         finally:
@@ -257,8 +269,9 @@ class ServeRun:
     def _tripped(self) -> bool:
         return self.breaker is not None and self.breaker.tripped is not None
 
-    def _after_breaker(self) -> None:
-        """The runner stopped on its own (the breaker): refuse submissions with the cause,
+    def _stop_admitting(self) -> None:
+        """The runner stopped on its own (the breaker, a spent budget) or cannot run a
+        rollout (a budget an earlier invocation spent): refuse submissions with the cause,
         record what it never started as cancelled."""
         trip = self.breaker.tripped if self.breaker is not None else None
         budget = None if self.layer is None else self.layer.budget

@@ -28,10 +28,10 @@ from tests.serve.harness import body
 from tests.serve.test_osmosis_client import _listening
 
 
-def _serve(tmp_path: Path, spec: Path) -> subprocess.Popen[str]:
+def _serve(tmp_path: Path, spec: Path, *flags: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(OSMO_RUN), "serve", "--spec", str(spec), "--port", "0", "--display", "none",
-         "--output", str(tmp_path / "run" / "results.jsonl")],
+         "--output", str(tmp_path / "run" / "results.jsonl"), *flags],
         cwd=tmp_path, env=cli_env(**ENV), stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -111,3 +111,38 @@ def test_a_spent_budget_refuses_submissions_with_its_cause_and_exits_6(tmp_path:
         or (line["error_category"] == "cancelled" and "budget" in line["error_message"])
         for line in unfinished
     ), unfinished
+
+
+def test_resume_counts_what_the_kept_rollouts_spent(tmp_path: Path) -> None:
+    """``--resume`` with a larger budget continues from what the finished rollouts spent,
+    as ``osmo-run local --resume`` does: not from zero."""
+    stub = SlotStub(slots=40, delay_sec=0.02)
+    with serve_slots(stub):
+        server = _serve(tmp_path, write_spec(tmp_path, 2, budget={"model_calls": 4}))
+        try:
+            asyncio.run(_each(_listening(server), _rollouts(stub, 4)))
+        finally:
+            code, err = _stop(server)
+        assert stub.calls == 4, err
+        spec = write_spec(tmp_path, 2, budget={"model_calls": 6})
+        server = _serve(tmp_path, spec, "--resume")
+        try:
+            more = [
+                Rollout(f"more{i}", [{"role": "user", "content": "hi"}], stub.base_url)
+                for i in range(5)
+            ]
+            outcomes = asyncio.run(_each(_listening(server), more))
+        finally:
+            code, err = _stop(server)
+    assert code == ExitCode.BUDGET_SPENT, err
+    assert stub.calls == 6, err  # 4 kept + 2 more, not 4 + 6
+    assert len([o for o in outcomes if isinstance(o, RolloutResult) and o.ok]) == 2
+
+    with serve_slots(stub):  # spent already: refused at once, in one line
+        server = _serve(tmp_path, spec, "--resume")
+        try:
+            late = httpx.post(_listening(server) + "/rollout", json=body("late", url=stub.base_url))
+        finally:
+            code, err = _stop(server)
+    assert late.status_code == 503 and "model_calls 6 of 6 reached" in late.json()["detail"]
+    assert code == ExitCode.BUDGET_SPENT and stub.calls == 6, err

@@ -33,7 +33,7 @@ from osmo_run.run.executing.plan import RunPlan, plan_run, with_model_server
 from osmo_run.run.executing.resume import ResumeState, prepare_run_dir
 from osmo_run.run.executing.runner import Runner, work_items
 from osmo_run.run.executing.settings import BackendContext, BackendFactory, RunSettings
-from osmo_run.run.reporting.summary import RunSummary, with_not_run
+from osmo_run.run.reporting.summary import RunSummary, UsageSummary, with_not_run
 from osmo_run.run.writing.manifest import write_manifest
 from osmo_run.run.writing.output import OutputWriter, check_writable
 from osmo_run.run.writing.runlock import run_locked
@@ -41,6 +41,7 @@ from osmo_run.sdk.model_budget import Price, RunBudget
 from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
 from osmo_run.sdk.model_limits import ModelLimits
 from osmo_run.sdk.rollout import run_to_completion
+from osmo_run.sdk.types import LLMUsage
 
 __all__ = ["ExitCode", "execute_run", "exit_code_for", "write_summary"]
 
@@ -157,21 +158,30 @@ def model_layer(plan: RunPlan, state: ResumeState, concurrency: int) -> ModelLay
         if section is not None and endpoint is not None and section.max_concurrency:
             limits.fix(endpoint.base_url, section.max_concurrency)
     budget = run_budget(spec)
-    prices = budget.prices
-    llm_model = None if spec.llm is None else spec.llm.model
     if budget.limited and state.kept:
         kept = state.stats.build()
-        judge_model = None if spec.judge is None else spec.judge.model
-        for usage, model in ((kept.usage, llm_model), (kept.grader_usage, judge_model)):
-            if usage is not None:
-                price = prices.get(model or "")
-                cost = (
-                    0.0
-                    if price is None
-                    else price.cost(usage.prompt_tokens, usage.completion_tokens)
-                )
-                budget.seed(usage.total_tokens, cost, usage.model_calls)
+        seed_budget(budget, spec, kept.usage, kept.grader_usage)
     return ModelLayer(limits, budget)
+
+
+def seed_budget(
+    budget: RunBudget,
+    spec: RunSpec,
+    usage: LLMUsage | UsageSummary | None,
+    grader_usage: LLMUsage | UsageSummary | None,
+) -> None:
+    """Count in ``budget`` what the rollouts kept from earlier invocations spent
+    (``--resume``): the workflows' ``usage`` at ``llm.model``'s price, the graders'
+    ``grader_usage`` at ``judge.model``'s."""
+    llm_model = None if spec.llm is None else spec.llm.model
+    judge_model = None if spec.judge is None else spec.judge.model
+    for spent, model in ((usage, llm_model), (grader_usage, judge_model)):
+        if spent is not None:
+            price = budget.prices.get(model or "")
+            cost = (
+                0.0 if price is None else price.cost(spent.prompt_tokens, spent.completion_tokens)
+            )
+            budget.seed(spent.total_tokens, cost, spent.model_calls)
 
 
 def _describe(plan: RunPlan, state: ResumeState, backend: ExecutionBackend) -> str:
