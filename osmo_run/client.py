@@ -12,6 +12,10 @@ server (``osmo-run serve``, or osmosis-ai's own) and take their results as they 
 - **Reconnection.** A result read that finds no server (refused connection, a reset, a
   gateway's ``502``-``504``) is retried with the same lease token for up to
   ``reconnect_sec``: a server restarted with ``--resume`` answers it.
+- **No hang.** A server that takes a request and never answers (a stopped process, a
+  network that drops packets) is an error after ``read_timeout_sec`` (a result read:
+  after that beyond the long-poll the server announced, then ``reconnect_sec`` of asking
+  again), never a trainer waiting forever.
 - **Sync.** :func:`run_batch_sync` for a trainer loop that is not async.
 
 Uses aiohttp (a dependency of osmo-run); nothing here needs the server to be osmo-run.
@@ -130,6 +134,7 @@ class ServeClient:
         max_open: int = 256,
         reconnect_sec: float = 120.0,
         admission_timeout_sec: float | None = None,
+        read_timeout_sec: float = 60.0,
     ) -> None:
         import aiohttp
 
@@ -138,9 +143,13 @@ class ServeClient:
         self._open = asyncio.Semaphore(max_open)
         self._reconnect_sec = reconnect_sec
         self._admission_timeout_sec = admission_timeout_sec
+        self._read_timeout_sec = read_timeout_sec
+        self._timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=read_timeout_sec)
+        self._poll_timeout = self._timeout
+        """A result read waits the server's long-poll (``result_wait_timeout_sec`` of its
+        admissions) on top of ``read_timeout_sec``."""
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_open),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            connector=aiohttp.TCPConnector(limit=max_open), timeout=self._timeout
         )
 
     async def __aenter__(self) -> ServeClient:
@@ -153,12 +162,23 @@ class ServeClient:
         await self._session.close()
 
     async def _call(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        poll: bool = False,
     ) -> tuple[int, dict[str, str], Any]:
+        """One request: ``(status, headers, JSON body)``. Raises ``TimeoutError`` (no answer
+        in time) or ``aiohttp.ClientError`` (no connection)."""
         async with (
             self._open,
             self._session.request(
-                method, self.url + path, json=body, headers={**self._headers, **(headers or {})}
+                method,
+                self.url + path,
+                json=body,
+                headers={**self._headers, **(headers or {})},
+                timeout=self._poll_timeout if poll else self._timeout,
             ) as response,
         ):
             try:
@@ -167,18 +187,40 @@ class ServeClient:
                 data = {"detail": (await response.text())[:200]}
             return response.status, dict(response.headers), data
 
+    async def _answer(self, method: str, path: str, body: Any) -> tuple[int, dict[str, str], Any]:
+        """:meth:`_call`, with no answer raised as :class:`RolloutServerError` (status 0)."""
+        import aiohttp
+
+        try:
+            return await self._call(method, path, body)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise RolloutServerError(
+                0, f"no answer from {self.url}{path} ({type(exc).__name__}: {exc})"
+            ) from None
+
+    def _learn_result_wait(self, seconds: Any) -> None:
+        """Let result reads wait ``seconds`` (the server's long-poll) beyond the read timeout."""
+        import aiohttp
+
+        if isinstance(seconds, int | float) and math.isfinite(seconds) and seconds > 0:
+            wait = self._read_timeout_sec + float(seconds)
+            if self._poll_timeout.sock_read != wait:
+                self._poll_timeout = aiohttp.ClientTimeout(sock_connect=10, sock_read=wait)
+
     async def submit(self, rollout: Rollout) -> str:
         """Admit ``rollout``; its lease token. Waits out 429s (their ``Retry-After``) until
         ``admission_timeout_sec``; raises :class:`RolloutServerError` for any other
-        refusal (409, 422, 503...)."""
+        refusal (409, 422, 503...), and with status 0 when no answer came within
+        ``read_timeout_sec`` or no connection could be made."""
         deadline = (
             None
             if self._admission_timeout_sec is None
             else time.monotonic() + self._admission_timeout_sec
         )
         while True:
-            status, headers, data = await self._call("POST", "/rollout", rollout.body())
+            status, headers, data = await self._answer("POST", "/rollout", rollout.body())
             if status == 202:
+                self._learn_result_wait(data.get("result_wait_timeout_sec"))
                 return str(data["polling_lease_token"])
             if status != 429:
                 raise RolloutServerError(status, _detail(data))
@@ -197,7 +239,7 @@ class ServeClient:
         while True:
             try:
                 status, _, data = await self._call(
-                    "GET", f"/rollout/{rollout_id}/result", headers={LEASE_HEADER: token}
+                    "GET", f"/rollout/{rollout_id}/result", headers={LEASE_HEADER: token}, poll=True
                 )
             except (TimeoutError, aiohttp.ClientConnectionError) as exc:
                 status, data = 0, {"detail": f"{type(exc).__name__}: {exc}"}
@@ -238,7 +280,7 @@ class ServeClient:
         selector: dict[str, Any] = (
             {"all": True} if every else {"prefix": prefix} if prefix is not None else {"ids": ids}
         )
-        status, _, data = await self._call("POST", "/rollout/cancel", selector)
+        status, _, data = await self._answer("POST", "/rollout/cancel", selector)
         if status != 200:
             raise RolloutServerError(status, _detail(data))
         return dict(data["dispositions"])

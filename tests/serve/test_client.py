@@ -4,10 +4,12 @@ reconnection across a server killed (-9) and restarted with ``--resume``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -91,3 +93,51 @@ def test_the_sync_client_reconnects_to_a_server_restarted_after_kill_9(tmp_path:
     assert all(r.ok for r in got)
     lines = results_file.read_text().splitlines()
     assert len(lines) == 3  # run again once, written once
+
+
+@contextlib.contextmanager
+def _silent_server() -> Iterator[str]:
+    """A server that takes connections and requests and never answers (a stopped process, a
+    network that drops packets): its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError, OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        listener.close()
+
+
+def test_a_server_that_never_answers_is_an_error_not_a_hang() -> None:
+    """A trainer's loop must not wait forever on a server that stopped answering: a
+    submission fails after ``read_timeout_sec``, a result read after that and
+    ``reconnect_sec`` of asking again."""
+
+    async def scenario(url: str) -> tuple[BaseException | None, BaseException | None, float]:
+        started = time.monotonic()
+        async with ServeClient(url, read_timeout_sec=0.5, reconnect_sec=1.0) as client:
+            rollout = Rollout("a", [{"role": "user", "content": "4"}], URL)
+            submitted = await asyncio.gather(client.submit(rollout), return_exceptions=True)
+            polled = await asyncio.gather(client.result("a", "token"), return_exceptions=True)
+        return submitted[0], polled[0], time.monotonic() - started  # type: ignore[return-value]
+
+    with _silent_server() as url:
+        submitted, polled, took = asyncio.run(asyncio.wait_for(scenario(url), 60))
+    assert isinstance(submitted, RolloutServerError), submitted
+    assert "no answer" in submitted.detail and url in submitted.detail
+    assert isinstance(polled, RolloutServerError), polled
+    assert "server unreachable" in polled.detail
+    assert took < 30
