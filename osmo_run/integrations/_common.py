@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
-from osmo_run.sdk.model_clients import ModelClients, current_model_clients
+from osmo_run.sdk.model_clients import ModelClients, current_model_clients, endpoint_key
 from osmo_run.sdk.model_http import ModelTransport, TransportError
 from osmo_run.sdk.model_layer import answered, model_call, note_no_token_ids
 from osmo_run.sdk.model_retry import (
@@ -399,12 +399,19 @@ def openai_client(endpoint: LLMEndpoint) -> AsyncOpenAI:
     clients = current_model_clients()
     if clients is None:
         return _new_openai_client(endpoint, None)
-    return clients.shared(
-        ("openai", endpoint.base_url, endpoint.api_key, endpoint.capture_tokens),
+    pooled = clients.shared(
+        ("openai", *endpoint_key(endpoint.base_url), endpoint.capture_tokens),
         lambda: _new_openai_client(endpoint, clients),
         _close_openai,
         kind="openai",
     )
+    key = endpoint.api_key or PLACEHOLDER_API_KEY
+    if pooled.api_key == key and str(pooled.base_url).rstrip("/") == endpoint.base_url.rstrip("/"):
+        return pooled
+    # Another key or path on the same server (a served rollout's own: trainers give each
+    # rollout its key, some a path of its own) shares the pooled connections: a copy
+    # (8 µs) that is never closed itself, not a client per rollout kept while a server runs.
+    return pooled.with_options(api_key=key, base_url=endpoint.base_url)
 
 
 async def _close_openai(client: AsyncOpenAI) -> None:

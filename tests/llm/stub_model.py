@@ -1,7 +1,8 @@
 """One OpenAI-compatible stub endpoint on 127.0.0.1 for every model test.
 
 It stands in for a paid model API (which cannot be reached here): everything up to the
-HTTP exchange is real. It answers ``POST /v1/chat/completions``:
+HTTP exchange is real. It answers ``POST /v1/chat/completions`` (and
+``/v1/<any path>/chat/completions``: a server that gives each rollout a path of its own):
 
 - a request with ``tools``: the answer calls ``add(17, 25)`` until the conversation holds
   ``tool_turns`` tool results (ids ``call_add_1``, ``call_add_2``...), then says
@@ -222,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> tuple[int, str, bytes, dict[str, str]]:
         messages = body.get("messages") or [{}]
         last = _text(messages[-1].get("content"))
-        if self.path != "/v1/chat/completions":
+        if not self.path.startswith("/v1/") or not self.path.endswith("/chat/completions"):
             return _json(404, {"error": "not found"})
         if failure is not None:
             status, retry_after = failure

@@ -174,3 +174,45 @@ def test_a_url_given_whole_reaches_chat_completions_once(tmp_path: Path, stub: S
         assert [r.path for r in stub.requests] == ["/v1/chat/completions"]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "workflow",
+    ["tests.llm.test_openai_agents:AddAgentWorkflow", "tests.llm.test_strands:AddStrandsWorkflow"],
+)
+def test_rollouts_with_keys_of_their_own_share_one_client_per_endpoint(
+    tmp_path: Path, stub: StubModel, workflow: str
+) -> None:
+    """A trainer that gives every rollout a key (and some a path) of its own: each call
+    carries its rollout's key to its rollout's URL, and the server keeps one client (one
+    connection pool) for the server, not one per rollout for as long as it serves."""
+
+    async def scenario() -> dict[str, int]:
+        async with serving(
+            tmp_path, workflow=workflow, grader=None, concurrency=4, max_queued=12
+        ) as s:
+            question = "What is 17 + 25? Use the add tool."
+            tokens = {
+                f"k{i}": await s.admitted(
+                    f"k{i}",
+                    url=stub.base_url + ("" if i % 2 else f"/rollouts/k{i}"),
+                    llm_api_key=f"sk-rollout-{i:03d}",
+                    content=question,
+                )
+                for i in range(12)
+            }
+            for rid, token in tokens.items():
+                answer = await s.final(rid, token)
+                assert answer["status"] == "success", (rid, answer)
+            return dict(s.run.backend.inner.model_clients.created)  # type: ignore[attr-defined]
+
+    created = asyncio.run(scenario())
+    assert sorted({r.auth or "" for r in stub.requests}) == [
+        f"Bearer sk-rollout-{i:03d}" for i in range(12)
+    ]
+    assert sum(created.values()) == 1, created
+    assert {r.path for r in stub.requests} == {
+        "/v1/chat/completions",
+        *(f"/v1/rollouts/k{i}/chat/completions" for i in range(0, 12, 2)),
+    }
+    assert "sk-rollout-" not in _every_output(tmp_path)
