@@ -218,7 +218,7 @@ class ServeRun:
             self.url = _bound_url(server, self.options.host)
             if ready is not None and not ready.done():
                 ready.set_result(self.url)
-            running = asyncio.create_task(self.runner.run(self.rollouts.items()))
+            running = asyncio.create_task(self.runner.run(self.rollouts))
             stopping = asyncio.create_task(self._stopping.wait())
             await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if running.done() and not self._stopping.is_set():
