@@ -12,6 +12,7 @@ runner ahead of the queue and ends at once as ``cancelled`` (:class:`StartGate`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -156,7 +157,8 @@ class ServedRollouts:
         self._queued = 0
         self._ahead: deque[WorkItem] = deque()
         """Rollouts cancelled while queued: handed to the runner first, to be recorded."""
-        self._wake = asyncio.Event()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        """Free workers of the runner waiting in :meth:`take`, longest-waiting first."""
         self._ended = False
         self._refusal: str | None = None
         self._next_index = first_index
@@ -242,7 +244,7 @@ class ServedRollouts:
         self._queue.append(entry)
         self._queued += 1
         self.admitted += 1
-        self._wake.set()
+        self._wake_one()
         if self.on_admitted is not None:
             self.on_admitted()
         return admission_answer(
@@ -282,31 +284,68 @@ class ServedRollouts:
 
     # -- the runner's side -------------------------------------------------------------
 
-    async def items(self) -> AsyncIterator[WorkItem]:
-        """What the runner runs, in admission order (cancelled ones first), as it asks;
-        ends after :meth:`end` once nothing is left to hand over."""
+    def _take_nowait(self) -> WorkItem | None:
+        """The next rollout to run (cancelled ones first), taken off the queue; ``None``
+        when nothing is queued."""
+        if self._ahead:
+            return self._ahead.popleft()
+        while self._queue and not self._queue[0].in_queue:
+            self._queue.popleft()  # cancelled while queued: already handed over
+        if not self._queue:
+            return None
+        entry = self._queue.popleft()
+        entry.in_queue = False
+        self._queued -= 1
+        assert entry.item is not None  # only recorded rollouts lose theirs
+        return entry.item
+
+    async def take(self) -> WorkItem | None:
+        """The next rollout for a free worker of the runner, in admission order (cancelled
+        ones first), waiting for one; ``None`` after :meth:`end` once nothing is left.
+
+        Any number of workers may wait at once (the runner's
+        :class:`~osmo_run.run.executing.runner.WorkSource`): each rollout queued wakes one
+        waiter, so a burst of admissions starts in one event-loop turn instead of one
+        rollout per turn (an async generator is drawn by one worker at a time)."""
         while True:
-            if self._ahead:
-                yield self._ahead.popleft()
-                continue
-            while self._queue and not self._queue[0].in_queue:
-                self._queue.popleft()  # cancelled while queued: already handed over
-            if self._queue:
-                entry = self._queue.popleft()
-                entry.in_queue = False
-                self._queued -= 1
-                assert entry.item is not None  # only recorded rollouts lose theirs
-                yield entry.item
-                continue
+            item = self._take_nowait()
+            if item is not None:
+                return item
             if self._ended:
+                return None
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.cancelled():
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                else:
+                    self._wake_one()  # woken for a rollout it will not take: pass it on
+                raise
+
+    async def items(self) -> AsyncIterator[WorkItem]:
+        """:meth:`take` as an async iterable (one taker at a time)."""
+        while (item := await self.take()) is not None:
+            yield item
+
+    def _wake_one(self) -> None:
+        """Wake the longest-waiting :meth:`take` (a rollout was queued)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
                 return
-            self._wake.clear()
-            await self._wake.wait()
 
     def end(self) -> None:
-        """No more rollouts: :meth:`items` ends once what is queued is handed over."""
+        """No more rollouts: :meth:`take` returns ``None`` once what is queued is handed
+        over."""
         self._ended = True
-        self._wake.set()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     def cancel_queued(self, reason: str) -> int:
         """Cancel every queued rollout (shutting down); how many."""
@@ -443,7 +482,7 @@ class ServedRollouts:
         self._names[safe_name(rollout_id)] = rollout_id
         self._queue.append(entry)
         self._queued += 1
-        self._wake.set()
+        self._wake_one()
         if self.on_admitted is not None:
             self.on_admitted()
         return True
@@ -528,7 +567,7 @@ class ServedRollouts:
         assert entry.item is not None  # queued: not recorded yet
         self._ahead.append(entry.item)
         self._set_status(entry, RolloutStatus.CANCELLED)
-        self._wake.set()
+        self._wake_one()
 
     def _cancel_started(self, entry: Served, reason: str) -> None:
         """Cancel a rollout the runner took: in flight, or not yet started by the backend."""

@@ -240,7 +240,7 @@ class ServeRun:
             budget = None if self.layer is None else self.layer.budget
             if budget is not None and budget.spent:  # --resume of a run that spent it
                 self._stop_admitting()
-            running = asyncio.create_task(self.runner.run(self.rollouts.items()))
+            running = asyncio.create_task(self.runner.run(self.rollouts))
             stopping = asyncio.create_task(self._stopping.wait())
             await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if running.done() and not self._stopping.is_set():

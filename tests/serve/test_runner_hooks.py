@@ -5,6 +5,7 @@ the runner, these are the promises serve relies on."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from osmo_run.run.executing.display import NullDisplay
 from osmo_run.run.executing.runner import Runner, WorkItem
 from osmo_run.run.reading.dataset import DatasetRow
 from osmo_run.run.writing.output import OutputWriter
+from osmo_run.serve.backend import ServedBackend
+from osmo_run.serve.protocol import parse_rollout_request
+from osmo_run.serve.rollouts import ServedRollouts, ServeSettings
 from tests.conftest import read_jsonl
 from tests.workflows import ScriptedWorkflow
 
@@ -85,6 +89,42 @@ def test_an_interrupt_ends_the_wait_for_the_next_item(tmp_path: Path) -> None:
             runner.interrupt()
             summary = await asyncio.wait_for(running, 5)
         assert summary.interrupted and summary.total == 0
+        await backend.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_burst_of_admissions_all_start_within_a_few_loop_turns(tmp_path: Path) -> None:
+    """The runner's free workers draw admitted rollouts without passing a lock from one to
+    the next: a burst of 300 admissions is running a few event-loop turns later, not one
+    rollout per turn (which, on a loaded server, kept ~950 of 1,000 admitted rollouts
+    queued and the model endpoint at ~150 calls in flight)."""
+    burst = 300
+
+    async def scenario() -> None:
+        rollouts = ServedRollouts(ServeSettings(max_queued=burst), lambda _secret: None)
+        config = AgentWorkflowConfig(concurrency=ConcurrencyConfig(max_concurrent=burst))
+        backend = ServedBackend(LocalBackend(ScriptedWorkflow, config), rollouts)
+        with OutputWriter(tmp_path / "results.jsonl") as writer:
+            runner = Runner(backend, writer, NullDisplay(), on_recorded=rollouts.recorded)
+            rollouts.runner = runner
+            running = asyncio.create_task(runner.run(rollouts))
+            await asyncio.sleep(0.1)  # every worker waits for an admission
+            for index in range(burst):
+                body = {
+                    "rollout_id": f"b-{index}",
+                    "initial_messages": [{"role": "user", "content": "hi"}],
+                    "chat_completions_url": "http://127.0.0.1:9/v1",
+                    "metadata": {"sleep": 30},
+                }
+                rollouts.admit(parse_rollout_request(json.dumps(body).encode()))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            health = rollouts.health({})["concurrency"]
+            assert (health["queued"], health["running"]) == (0, burst)
+            rollouts.end()
+            runner.interrupt()
+            await asyncio.wait_for(running, 30)
         await backend.aclose()
 
     asyncio.run(scenario())

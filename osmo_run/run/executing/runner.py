@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from osmo_run.backends.base import ExecutionBackend
 from osmo_run.run.controls.breaker import Breaker
@@ -129,6 +129,20 @@ class _Flight:
         self.waited = 0.0
 
 
+@runtime_checkable
+class WorkSource(Protocol):
+    """Items that arrive while the run goes on (a server's admissions), taken by any
+    number of free workers at once: ``take`` returns the next item, waiting for one, and
+    ``None`` once the source has ended; each item goes to exactly one taker, and a taker
+    cancelled while it waits loses nothing.
+
+    Prefer it to an async iterable, which the workers draw one at a time (each waits for
+    the one before it to get its item): one item per event-loop turn, so a burst of
+    arrivals on a busy loop starts slowly while the window's other workers sit idle."""
+
+    async def take(self) -> WorkItem | None: ...
+
+
 OnRecorded = Callable[[WorkItem, ExecutionResult, dict[str, Any]], None]
 """Called with a rollout's item, final result and record (as written, secrets masked)."""
 
@@ -184,6 +198,7 @@ class Runner:
         self._async_items: AsyncIterator[WorkItem] | None = None
         self._taking: asyncio.Lock | None = None
         """Held while a worker awaits the next item of an async iterable (one at a time)."""
+        self._source: WorkSource | None = None
         self._ended: asyncio.Future[None] | None = None
         """Done when the last worker has ended (or on an interrupt)."""
         backend.set_progress_listener(display.row_phase)
@@ -442,7 +457,16 @@ class Runner:
             self._ended.set_result(None)
 
     async def _next_async(self) -> WorkItem | None:
-        """The next item of the async iterable ``run`` was given; ``None`` at its end."""
+        """The next item of the async iterable or :class:`WorkSource` ``run`` was given;
+        ``None`` at its end."""
+        if self._source is not None:
+            if self._interrupted or self._stopped_early:
+                return None
+            try:
+                return await self._source.take()
+            except Exception as exc:
+                self._fail(exc)
+                return None
         assert self._async_items is not None and self._taking is not None
         async with self._taking:
             if self._interrupted or self._stopped_early:
@@ -525,15 +549,19 @@ class Runner:
             await asyncio.sleep(1.0)
             self._display.tick()
 
-    async def run(self, items: Iterable[WorkItem] | AsyncIterable[WorkItem]) -> RunSummary:
+    async def run(
+        self, items: Iterable[WorkItem] | AsyncIterable[WorkItem] | WorkSource
+    ) -> RunSummary:
         """Run every item (until interrupted) and return the summary of the whole run.
 
-        ``items`` may be an async iterable: a free worker awaits its next item, and the run
-        ends when it ends (or on an interrupt)."""
+        ``items`` may be an async iterable or a :class:`WorkSource`: a free worker awaits
+        its next item, and the run ends when it ends (or on an interrupt)."""
         loop = asyncio.get_running_loop()
         self._halt = asyncio.Event()
         self._ended = loop.create_future()
-        if isinstance(items, AsyncIterable):
+        if isinstance(items, WorkSource):
+            self._source = items
+        elif isinstance(items, AsyncIterable):
             self._async_items = aiter(items)
             self._taking = asyncio.Lock()
         else:
