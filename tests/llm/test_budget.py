@@ -187,8 +187,11 @@ def test_a_budget_the_run_could_not_count_is_refused(cli: CLI, tmp_path: Path) -
     assert not (tmp_path / "out").exists()
 
 
-def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_path: Path) -> None:
-    """Trials call their model from their containers: refused up front, no Docker asked."""
+def test_a_budget_for_trials_in_a_remote_sandbox_is_refused_before_any_trial(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """Trials in a remote environment call their model from there, not through this
+    machine's model gateway: refused up front, before the environment is asked anything."""
     proc = cli(
         "harbor",
         write_rows(tmp_path, 2),
@@ -198,6 +201,8 @@ def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_pa
         CHAT,
         "--code-dir",
         REPO,
+        "--env",
+        "daytona",
         "-o",
         tmp_path / "out" / "results.jsonl",
         "--budget-tokens",
@@ -206,8 +211,32 @@ def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_pa
     )
     assert proc.returncode == ExitCode.INVALID_INPUT
     (line,) = error_lines(proc.stderr)
-    assert "rows in Harbor trials are not counted against a budget" in line
-    assert not (tmp_path / "out").exists()
+    assert "trials in the daytona environment call their model from a remote sandbox" in line
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_budget_for_trials_calling_an_endpoint_elsewhere_is_refused(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """Trials call an endpoint on another machine directly: nothing here could count it."""
+    llm = {"base_url": "http://10.0.0.5:8000/v1", "model": "stub-model"}
+    proc = cli(
+        "harbor",
+        write_rows(tmp_path, 2),
+        "--spec",
+        _spec(tmp_path, llm=llm),
+        "--task-dir",
+        REPO / "tasks" / "calculator",
+        "-o",
+        tmp_path / "out" / "results.jsonl",
+        "--budget-tokens",
+        "100",
+        env=cli_env(**ENV),
+    )
+    assert proc.returncode == ExitCode.INVALID_INPUT
+    (line,) = error_lines(proc.stderr)
+    assert "budget: llm.base_url http://10.0.0.5:8000/v1 is not on this machine" in line
+    assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
 def test_a_token_budget_fails_closed_when_answers_carry_no_usage(cli: CLI, tmp_path: Path) -> None:

@@ -114,23 +114,17 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
 
 def _check_budget_is_counted(plan: RunPlan) -> None:
     """Refuse a budget the run could not hold (it fails closed, never open): the model
-    calls of rows in child processes (``isolation: process``) and in Harbor trials do not
-    pass through this process, so nothing would count them."""
+    calls of rows in child processes (``isolation: process``) do not pass through this
+    process, so nothing would count them. (Harbor trials' calls pass through the run's
+    model gateway; the Harbor backend refuses what it cannot count when it prepares.)"""
     budget = plan.spec.budget
     if budget.tokens is None and budget.usd is None and budget.model_calls is None:
         return
-    where = (
-        "Harbor trials"
-        if plan.settings.backend_name == "harbor"
-        else "child processes (isolation: process)"
-        if plan.spec.isolation == "process"
-        else None
-    )
-    if where is not None:
+    if plan.settings.backend_name != "harbor" and plan.spec.isolation == "process":
         raise SpecError(
-            f"budget: the model calls of rows in {where} are not counted against a budget "
-            "yet, so it could not stop them; remove budget (and --budget-tokens, "
-            "--budget-usd) or run in-process (osmo-run local, isolation: none)"
+            "budget: the model calls of rows in child processes (isolation: process) are not "
+            "counted against a budget yet, so it could not stop them; remove budget (and "
+            "--budget-tokens, --budget-usd) or run in-process (isolation: none)"
         )
 
 
@@ -198,6 +192,8 @@ def _run_rows(
         async def main() -> RunSummary:
             loop = asyncio.get_running_loop()
             runner: Runner | None = None
+            layer = model_layer(plan, state, backend.model_calls_ceiling)
+            use_model_layer(layer)  # this task's context: prepare's and the rows' inherit it
             preparing = asyncio.ensure_future(backend.prepare())
 
             def interrupt() -> None:
@@ -221,8 +217,6 @@ def _run_rows(
                     file=sys.stderr,
                 )
                 raise KeyboardInterrupt from None  # exit 130
-            layer = model_layer(plan, state, backend.max_concurrency)
-            use_model_layer(layer)  # this task's context: the rows' tasks inherit it
             display.model_status = layer.status
             layer.on_wait = display.row_waiting_for_model
             with OutputWriter(plan.paths.results, plan.secrets, turns=True) as writer:
