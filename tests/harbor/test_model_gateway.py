@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
 import random
@@ -223,6 +224,30 @@ def test_the_trials_key_reaches_the_endpoint_and_no_log_line(
     assert not [line for line in [*logged, out, err] if KEY in line]
 
 
+def test_a_request_of_several_megabytes_is_forwarded_whole() -> None:
+    """A long conversation's request (3 MB here) reaches the endpoint as it was sent."""
+    sizes: list[int] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        sizes.append(len(await request.read()))
+        return web.json_response({"usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    big = {**ASKED, "messages": [{"role": "user", "content": "x" * 3_000_000}]}
+    payload = json.dumps(big).encode()
+
+    async def main() -> int:
+        async with (
+            serving(chat, client_max_size=2**24) as base_url,
+            gateway_to(base_url, ModelLayer(ModelLimits(4))) as through,
+            aiohttp.ClientSession() as session,
+            session.post(through + "/chat/completions", data=io.BytesIO(payload)) as answer,
+        ):
+            return answer.status
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == 200
+    assert sizes == [len(payload)]
+
+
 def test_a_streamed_answer_comes_through_as_it_is_and_its_usage_is_counted() -> None:
     events = [
         {"choices": [{"delta": {"content": "Hi"}, "finish_reason": None}]},
@@ -260,10 +285,10 @@ def test_a_streamed_answer_comes_through_as_it_is_and_its_usage_is_counted() -> 
 
 @contextlib.asynccontextmanager
 async def serving(
-    chat: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    chat: Callable[[web.Request], Awaitable[web.StreamResponse]], client_max_size: int = 2**20
 ) -> AsyncIterator[str]:
     """``chat`` answering ``POST /v1/chat/completions`` on 127.0.0.1; yields its base URL."""
-    app = web.Application()
+    app = web.Application(client_max_size=client_max_size)
     app.router.add_post("/v1/chat/completions", chat)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

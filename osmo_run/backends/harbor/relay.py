@@ -15,6 +15,7 @@ loop and stops with the run.
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 from typing import Any
@@ -125,7 +126,7 @@ class ModelGateway:
         if session is None:
             raise web.HTTPServiceUnavailable()
         url = self._origin + request.path_qs
-        body = await request.read()
+        body = await request.content.read()  # whole: a long conversation passes 1 MiB
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
         if request.method != "POST":  # not a model call: nothing to limit or count
             async with session.request(
@@ -136,8 +137,8 @@ class ModelGateway:
             async with model_call(url) as slot:
                 try:
                     async with session.post(
-                        url, data=body, headers=headers, allow_redirects=False
-                    ) as upstream:
+                        url, data=io.BytesIO(body), headers=headers, allow_redirects=False
+                    ) as upstream:  # a file: aiohttp warns of large bytes blocking the loop
                         slot.done(answered(upstream.status, upstream.headers))
                         return await _pass_back(request, upstream, True, _model_of(body))
                 except (aiohttp.ClientError, OSError) as exc:
@@ -170,9 +171,15 @@ async def _pass_back(
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
     tail = b""
-    async for chunk in upstream.content.iter_any():
-        await response.write(chunk)
-        tail = (tail + chunk)[-_STREAM_TAIL:]
+    try:
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+            tail = (tail + chunk)[-_STREAM_TAIL:]
+    except (aiohttp.ClientError, OSError):
+        # the endpoint dropped the stream: end the trial's too, unfinished (it sees the
+        # stream cut, as it would have without the gateway), counting nothing
+        response.force_close()
+        return response
     if counted:
         _count(_stream_usage(tail), model)
     await response.write_eof()
