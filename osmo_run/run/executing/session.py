@@ -17,7 +17,7 @@ import sys
 from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.errors import ExitCode, SpecError
+from osmo_run.errors import ExitCode
 from osmo_run.run.controls.breaker import Breaker
 from osmo_run.run.controls.interrupts import interrupts_handled
 from osmo_run.run.executing.display import Display, make_display
@@ -53,7 +53,6 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
-    _check_budget_is_counted(plan)
     if not plan.paths.results.is_dir():  # a directory gets its own line from prepare_run_dir
         check_writable(plan.paths.results, "--output")  # named as the flag, before the lock
     with run_locked(plan.paths):  # one live invocation per run: held until the summary
@@ -110,22 +109,6 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     }
     note = f" · {MODEL_NAME} (embedded, ready in {startup_sec:.1f}s)"
     return with_model_server(plan, endpoint, info, note)
-
-
-def _check_budget_is_counted(plan: RunPlan) -> None:
-    """Refuse a budget the run could not hold (it fails closed, never open): the model
-    calls of rows in child processes (``isolation: process``) do not pass through this
-    process, so nothing would count them. (Harbor trials' calls pass through the run's
-    model gateway; the Harbor backend refuses what it cannot count when it prepares.)"""
-    budget = plan.spec.budget
-    if budget.tokens is None and budget.usd is None and budget.model_calls is None:
-        return
-    if plan.settings.backend_name != "harbor" and plan.spec.isolation == "process":
-        raise SpecError(
-            "budget: the model calls of rows in child processes (isolation: process) are not "
-            "counted against a budget yet, so it could not stop them; remove budget (and "
-            "--budget-tokens, --budget-usd) or run in-process (isolation: none)"
-        )
 
 
 def model_layer(plan: RunPlan, state: ResumeState, concurrency: int) -> ModelLayer:
