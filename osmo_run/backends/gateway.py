@@ -142,10 +142,9 @@ class ModelGateway:
                         return await _pass_back(request, upstream, True, _model_of(body))
                 except (aiohttp.ClientError, OSError) as exc:
                     reason = str(exc) or type(exc).__name__
-                    return web.json_response(
-                        {"error": {"message": f"the model endpoint did not answer: {reason}"}},
-                        status=502,
-                    )
+                    # a 5xx, retried by the caller's client as the failed connection was
+                    message = f"the run's model gateway could not reach {self._origin}: {reason}"
+                    return web.json_response({"error": {"message": message}}, status=502)
         except BudgetExceededError as exc:
             status, refusal_headers, payload = refusal_answer(str(exc))
             return web.Response(status=status, headers=refusal_headers, body=payload)

@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import random
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -222,6 +223,27 @@ def test_the_trials_key_reaches_the_endpoint_and_no_log_line(
     out, err = capfd.readouterr()
     logged = [record.getMessage() for record in caplog.records]
     assert not [line for line in [*logged, out, err] if KEY in line]
+
+
+def test_an_endpoint_that_cannot_be_reached_is_a_502_naming_it() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"  # closed again: nobody there
+    layer = ModelLayer(ModelLimits(4))
+
+    async def main() -> tuple[int, str]:
+        async with (
+            gateway_to(dead, layer) as through,
+            aiohttp.ClientSession() as session,
+            session.post(through + "/chat/completions", json=ASKED) as answer,
+        ):
+            return answer.status, (await answer.json())["error"]["message"]
+
+    status, message = asyncio.run(asyncio.wait_for(main(), 60))
+    assert status == 502
+    assert message.startswith(f"the run's model gateway could not reach {dead[:-3]}: ")
+    (limit,) = layer.limits.all()
+    assert limit.in_flight == 0 and limit.throttled == 0
 
 
 def test_a_request_of_several_megabytes_is_forwarded_whole() -> None:
