@@ -66,13 +66,14 @@ class ModelGateway:
     (``scheme://host:port``), each POST through ``layer`` (see the module docstring; without
     a layer, as ``osmo-run serve`` has none, requests pass ungoverned).
 
-    It does not retry: the trial's client retries (a 429 or 5xx goes back to it as it
-    came), and each retry passes through the gateway again as a new call under the limit.
-    Retrying here as well would multiply the tries per call, keep the trial waiting past
-    its own per-call deadline, and hide from its client the 429s its backoff reacts to.
-    A budget refusal is answered with :func:`~osmo_run.sdk.model_budget.refusal_answer`,
-    which the trial's SDK raises as ``BudgetExceededError``. Nothing of a request (its
-    ``Authorization`` key included) is logged.
+    It does not retry: the caller's client (the SDK in the trial or child) retries (a 429
+    or 5xx goes back to it as it came), and each retry passes through the gateway again as
+    a new call under the limit. Retrying here as well would multiply the tries per call,
+    keep the caller waiting past its own per-call deadline, and hide from its client the
+    429s its backoff reacts to. A budget refusal is answered with
+    :func:`~osmo_run.sdk.model_budget.refusal_answer`, which the caller's SDK raises as
+    ``BudgetExceededError``. Nothing of a request (its ``Authorization`` key included) is
+    logged.
     """
 
     def __init__(self, target: str, layer: ModelLayer | None = None) -> None:
@@ -127,27 +128,28 @@ class ModelGateway:
         url = self._origin + request.path_qs
         body = await request.content.read()  # whole: a long conversation passes 1 MiB
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
-        if request.method != "POST":  # not a model call: nothing to limit or count
-            async with session.request(
-                request.method, url, data=body or None, headers=headers, allow_redirects=False
-            ) as upstream:
-                return await _pass_back(request, upstream)
         try:
-            async with model_call(url) as slot:
-                try:
-                    async with session.post(
-                        url, data=io.BytesIO(body), headers=headers, allow_redirects=False
-                    ) as upstream:  # a file: aiohttp warns of large bytes blocking the loop
-                        slot.done(answered(upstream.status, upstream.headers))
-                        return await _pass_back(request, upstream, True, _model_of(body))
-                except (aiohttp.ClientError, OSError) as exc:
-                    reason = str(exc) or type(exc).__name__
-                    # a 5xx, retried by the caller's client as the failed connection was
-                    message = f"the run's model gateway could not reach {self._origin}: {reason}"
-                    return web.json_response({"error": {"message": message}}, status=502)
+            if request.method != "POST":  # not a model call: nothing to limit or count
+                async with session.request(
+                    request.method, url, data=body or None, headers=headers, allow_redirects=False
+                ) as upstream:
+                    return await _pass_back(request, upstream)
+            async with (
+                model_call(url) as slot,
+                session.post(
+                    url, data=io.BytesIO(body), headers=headers, allow_redirects=False
+                ) as upstream,  # a file: aiohttp warns of large bytes blocking the loop
+            ):
+                slot.done(answered(upstream.status, upstream.headers))
+                return await _pass_back(request, upstream, True, _model_of(body))
         except BudgetExceededError as exc:
             status, refusal_headers, payload = refusal_answer(str(exc))
             return web.Response(status=status, headers=refusal_headers, body=payload)
+        except (aiohttp.ClientError, OSError) as exc:
+            reason = str(exc) or type(exc).__name__
+            # a 5xx, retried by the caller's client as the failed connection was
+            message = f"the run's model gateway could not reach {self._origin}: {reason}"
+            return web.json_response({"error": {"message": message}}, status=502)
 
 
 async def _pass_back(
