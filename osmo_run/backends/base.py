@@ -123,6 +123,13 @@ class ExecutionBackend(ABC):
     def max_concurrency(self) -> int:
         """How many ``execute`` calls make progress at once; ``0`` means no limit."""
 
+    @property
+    def model_calls_ceiling(self) -> int:
+        """The most model calls the run's rows may have in flight to one endpoint: what an
+        adaptive limit never grows past (:class:`~osmo_run.sdk.model_limits.ModelLimits`).
+        One call per row in flight by default."""
+        return self.max_concurrency
+
     def health(self) -> dict[str, Any]:
         """Backend health and load for humans and monitors; at least ``{"status": ...}``."""
         return {"status": "ok"}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from osmo_run.backends.base import ExecutionBackend, ProgressPhase, ResultCallback, deliver
 from osmo_run.backends.isolation import ProcessPhaseRunner
@@ -16,6 +18,8 @@ from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.imports import import_path_of, resolve_class
 from osmo_run.sdk.model_clients import ModelClients, reset_model_clients, use_model_clients
+from osmo_run.sdk.model_layer import ModelLayer, current_model_layer
+from osmo_run.sdk.model_limits import endpoint_name
 from osmo_run.sdk.rollout import (
     AbandonHandler,
     GraderSource,
@@ -45,6 +49,9 @@ class LocalBackend(ExecutionBackend):
     other rows' deadlines (:mod:`osmo_run.sdk.stalls`). ``isolation="process"`` runs each
     phase in a child process (importing the workflow from ``code_dir``) that is killed when
     it overruns its deadline, so even code that blocks forever cannot hold a row past it.
+    In a run (a model layer current when it prepares), the children reach each model
+    endpoint through a :class:`~osmo_run.backends.gateway.ModelGateway` on ``127.0.0.1``,
+    so their calls are under the run's limits and budget as in-process ones are.
 
     ``llm`` is the endpoint workflows reach, ``judge`` the one graders reach (``ctx.judge``).
     In-process rollouts share the run's :class:`~osmo_run.sdk.model_clients.ModelClients`
@@ -92,6 +99,11 @@ class LocalBackend(ExecutionBackend):
             keys = (llm.api_key if llm else None, judge.api_key if judge else None)
             self._isolated = ProcessPhaseRunner(code_dir or Path.cwd(), *keys, artifacts_root)
         self.runs_code_in_caller = self._isolated is None
+        self._layer: ModelLayer | None = None
+        """The run's model layer the children's calls go through (isolated rows only)."""
+        self._gateways: dict[str, tuple[Any, str]] = {}
+        """Endpoint (``scheme://host:port``) -> its gateway and the origin children use."""
+        self._gateway_lock = asyncio.Lock()
 
     @property
     def max_concurrency(self) -> int:
@@ -242,6 +254,7 @@ class LocalBackend(ExecutionBackend):
                 stalls=stalls,
                 on_abandon=on_abandon,
             )
+        llm = await self._through_gateway(llm)
         spec = workflow_input(request, self._workflow_path, self._workflow_config, llm)
         timeout = request.agent_timeout_sec
         return await self._isolated.run("workflow", spec, request.id, timeout, request.llm)
@@ -267,7 +280,8 @@ class LocalBackend(ExecutionBackend):
                 on_abandon=on_abandon,
             )
         assert self._grader_path is not None
-        spec = grader_input(request, self._grader_path, self._grader_config, self._judge)
+        judge = await self._through_gateway(self._judge)
+        spec = grader_input(request, self._grader_path, self._grader_config, judge)
         spec["workflow_result"] = workflow_result.to_dict()
         return await self._isolated.run("grader", spec, request.id, request.grader_timeout_sec)
 
@@ -277,9 +291,36 @@ class LocalBackend(ExecutionBackend):
             print(f"osmo-run: {message}", file=sys.stderr, flush=True)  # once, before any row
         if self._isolated is None and (self._llm is not None or self._judge is not None):
             await self.model_clients.load()  # not in the first row's time
+        if self._isolated is not None:
+            self._layer = current_model_layer()
+            for endpoint in (self._llm, self._judge):  # before the first row: its time
+                await self._through_gateway(endpoint)
+
+    async def _through_gateway(self, llm: LLMEndpoint | None) -> LLMEndpoint | None:
+        """``llm`` as an isolated child reaches it: through the run's gateway for its
+        endpoint on ``127.0.0.1`` (started on first use) when the run has a model layer,
+        else as it is (``osmo-run serve`` has none)."""
+        if llm is None or self._layer is None:
+            return llm
+        endpoint = endpoint_name(llm.base_url)
+        async with self._gateway_lock:  # rows of one new endpoint start one gateway
+            if endpoint not in self._gateways:
+                from osmo_run.backends.gateway import ModelGateway  # aiohttp: only when used
+
+                gateway = ModelGateway(llm.base_url, self._layer)
+                port = await gateway.start("127.0.0.1")
+                self._gateways[endpoint] = (gateway, f"http://127.0.0.1:{port}")
+        origin = self._gateways[endpoint][1]
+        parts = urlsplit(llm.base_url)
+        return dataclasses.replace(
+            llm, base_url=origin + parts.path + ("?" + parts.query if parts.query else "")
+        )
 
     async def aclose(self) -> None:
         await self.model_clients.aclose()
+        gateways, self._gateways = list(self._gateways.values()), {}
+        for gateway, _ in gateways:
+            await gateway.close()
         if self._stalls is not None:
             self._stalls.close()
             self._stalls = None

@@ -126,7 +126,7 @@ def serve(
     from osmo_run.run.configuring.envfile import env_file_secrets
     from osmo_run.run.controls.breaker import Breaker
     from osmo_run.run.executing.display import PlainDisplay, make_display
-    from osmo_run.run.executing.session import check_budget_is_counted, seed_budget
+    from osmo_run.run.executing.session import seed_budget
     from osmo_run.serve.rollouts import DEFAULT_MODEL_NAME, ServeSettings
     from osmo_run.serve.session import (
         ServedPlainDisplay,
@@ -186,7 +186,7 @@ def serve(
             key for key in (llm and llm.api_key, judge and judge.api_key) if key
         ) + env_file_secrets(env_file)
         parallel = run_spec.build_workflow_config().concurrency.max_concurrent
-        check_budget_is_counted(run_spec, "harbor" if harbor else "local")
+        _check_budget_is_counted(run_spec, harbor)
         if harbor:
             backend = _harbor_backend(run_spec, trials, results, llm, judge, secrets)
         else:
@@ -230,6 +230,30 @@ def serve(
         )
         code = run_serving(serving)
         raise typer.Exit(int(code))
+
+
+def _check_budget_is_counted(spec: RunSpec, harbor: bool) -> None:
+    """Refuse, in one line, a budget the server could not hold (it fails closed, never
+    open): a request's endpoint may be anywhere, and rollouts in Harbor trials or child
+    processes call endpoints not on this machine directly, past this process."""
+    from osmo_run.errors import SpecError
+
+    budget = spec.budget
+    if budget.tokens is None and budget.usd is None and budget.model_calls is None:
+        return
+    where = (
+        "Harbor trials"
+        if harbor
+        else "child processes (isolation: process)"
+        if spec.isolation == "process"
+        else None
+    )
+    if where is not None:
+        raise SpecError(
+            f"budget: osmo-run serve cannot count the model calls of rollouts in {where} "
+            "(a request's endpoint may be anywhere, and they call it directly); remove "
+            "budget or serve with the local backend and isolation: none"
+        )
 
 
 def _model_layer(spec: RunSpec, concurrency: int, judge: LLMEndpoint | None) -> ModelLayer:

@@ -14,7 +14,9 @@ import json
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from osmo_run.errors import BudgetExceededError
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
+from osmo_run.sdk.model_budget import REFUSED_STATUS, refused_by_budget
 from osmo_run.sdk.model_clients import ModelClients, current_model_clients, endpoint_key
 from osmo_run.sdk.model_http import ModelTransport, TransportError
 from osmo_run.sdk.model_layer import answered, model_call, note_no_token_ids
@@ -130,6 +132,7 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy, capture: bo
                     if wait is None:
                         raise
                 else:
+                    await _raise_if_refused_by_budget(response)
                     if not is_retryable_status(response.status_code):
                         if capture and _is_stream(request, response):
                             return _captured_stream(http, request, response)
@@ -144,6 +147,19 @@ def _fixing_transport(http: Any, inner: Any, retry: CallRetryPolicy, capture: bo
             await inner.aclose()
 
     return RolloutTransport()
+
+
+async def _raise_if_refused_by_budget(response: Any) -> None:
+    """Raise :class:`~osmo_run.errors.BudgetExceededError` when ``response`` is the run's
+    model gateway refusing a Harbor trial's call (its budget is spent): the rollout ends
+    as ``budget_exceeded`` and is never retried (openai wraps the error in
+    ``APIConnectionError``, whose cause it stays)."""
+    if response.status_code != REFUSED_STATUS:
+        return
+    body = await response.aread()
+    refused = refused_by_budget(response.status_code, response.headers, body)
+    if refused is not None:
+        raise BudgetExceededError(refused)
 
 
 async def _remembered(request: Any, response: Any, capture: bool = False) -> Any:

@@ -20,8 +20,9 @@ import json
 import time
 from typing import Any
 
-from osmo_run.errors import ModelAPIError, RateLimitError
+from osmo_run.errors import BudgetExceededError, ModelAPIError, RateLimitError
 from osmo_run.sdk.context import LLMEndpoint, _current, get_rollout_context
+from osmo_run.sdk.model_budget import refused_by_budget
 from osmo_run.sdk.model_clients import current_model_clients
 from osmo_run.sdk.model_http import HTTPAnswer, TransportError, post_in_own_thread
 from osmo_run.sdk.model_layer import answered, model_call, note_no_token_ids, record_spent
@@ -122,6 +123,9 @@ async def _try_once(
         if not exc.retryable:
             raise ModelAPIError(str(exc)) from None
         return None, ModelAPIError(str(exc)), None
+    refused = refused_by_budget(answer.status, answer.headers, answer.body)
+    if refused is not None:  # a Harbor trial's call, refused by the run's model gateway
+        raise BudgetExceededError(refused)
     if not is_retryable_status(answer.status):
         return answer, None, None
     return answer, _status_error(url, answer), retry_after_sec(answer.headers)
@@ -192,23 +196,32 @@ def record_usage(usage: object, seconds: float, model: str | None = None) -> Non
     never fails the call it answered.
     """
     rollout = _current.get()
-    counts = []
+    prompt, completion, uncounted, unreadable = usage_tokens(usage)
+    if rollout is not None:
+        for name, shown in unreadable:
+            rollout.warn(f"the model's usage.{name} {shown} is not a token count; not counted")
+    record_spent(prompt, completion, model, uncounted)
+    if rollout is not None:
+        rollout.record_llm_call(prompt, completion, seconds)
+
+
+def usage_tokens(usage: object) -> tuple[int, int, str | None, list[tuple[str, str]]]:
+    """An OpenAI-style ``usage`` (see :func:`record_usage`) read as ``(prompt tokens,
+    completion tokens, uncounted, unreadable)``: ``uncounted`` names the first field it
+    lacks or holds unreadable (``None`` when both counts were read), ``unreadable`` lists
+    ``(field, the value shown)`` for each value that is not a token count (counted 0)."""
+    counts: list[int] = []
     uncounted = None
+    unreadable: list[tuple[str, str]] = []
     for names in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
-        count, unreadable = _tokens(usage, *names)
-        if unreadable is not None:
-            uncounted = uncounted or unreadable[0]
-            if rollout is not None:
-                rollout.warn(
-                    f"the model's usage.{unreadable[0]} {unreadable[1]} is not a token count; "
-                    "not counted"
-                )
+        count, bad = _tokens(usage, *names)
+        if bad is not None:
+            uncounted = uncounted or bad[0]
+            unreadable.append(bad)
         elif count is None:
             uncounted = uncounted or names[0]
         counts.append(count or 0)
-    record_spent(counts[0], counts[1], model, uncounted)
-    if rollout is not None:
-        rollout.record_llm_call(counts[0], counts[1], seconds)
+    return counts[0], counts[1], uncounted, unreadable
 
 
 _MAX_TOKENS = 10**15

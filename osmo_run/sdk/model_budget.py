@@ -17,10 +17,44 @@ output_per_mtok}}``, dollars per million tokens); nothing is fetched. Stdlib onl
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from osmo_run.errors import BudgetExceededError
+
+REFUSED_STATUS = 402
+"""The HTTP status the model gateway of Harbor trials answers a call the run's budget
+refused with (with :data:`REFUSED_HEADER`): not one any client retries."""
+
+REFUSED_HEADER = "X-Osmo-Run-Budget"
+"""The header (value ``spent``) that tells a budget refusal from a provider's own 402
+(some answer 402 for an account out of credit)."""
+
+
+class _Headers(Protocol):
+    def get(self, name: str, /) -> str | None: ...
+
+
+def refusal_answer(message: str) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and JSON body of the gateway's answer to a call the budget refused
+    (``message`` says why): an OpenAI-style error whose ``type`` and ``code`` are
+    ``budget_exceeded``."""
+    error = {"message": message, "type": "budget_exceeded", "code": "budget_exceeded"}
+    headers = {REFUSED_HEADER: "spent", "Content-Type": "application/json"}
+    return REFUSED_STATUS, headers, json.dumps({"error": error}).encode()
+
+
+def refused_by_budget(status: int, headers: _Headers | None, body: bytes = b"") -> str | None:
+    """The message of a budget refusal (:func:`refusal_answer`) when this answer is one, else
+    ``None``: inside a trial, the call raises :class:`BudgetExceededError` with it."""
+    if status != REFUSED_STATUS or headers is None or headers.get(REFUSED_HEADER) != "spent":
+        return None
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        message = None
+    return message if isinstance(message, str) else "the run's budget is spent"
 
 
 @dataclass(frozen=True)

@@ -166,29 +166,37 @@ def test_a_usd_budget_without_the_models_price_is_one_line(cli: CLI, tmp_path: P
     assert "budget.usd needs the price of llm.model 'stub-model'" in line
 
 
-def test_a_budget_the_run_could_not_count_is_refused(cli: CLI, tmp_path: Path) -> None:
-    """Rows in child processes call the model from there: a budget would not see those
-    calls, so it is refused before anything runs rather than left open."""
-    llm = {"base_url": "http://127.0.0.1:9/v1", "model": "stub-model"}
-    proc = cli(
-        "local",
-        write_rows(tmp_path, 2),
-        "--spec",
-        _spec(tmp_path, llm=llm),
-        "--isolation",
-        "process",
-        "--budget-tokens",
-        "100",
-        env=cli_env(**ENV),
-    )
-    assert proc.returncode == ExitCode.INVALID_INPUT
-    (line,) = error_lines(proc.stderr)
-    assert "child processes (isolation: process) are not counted against a budget" in line
-    assert not (tmp_path / "out").exists()
+def test_a_budget_holds_rows_in_child_processes_through_the_gateway(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """Rows in child processes (``--isolation process``) call the model through the run's
+    gateway on 127.0.0.1: counted and stopped as in-process rows are. 100 tokens at 15 a
+    call, concurrency 5: at most 7 calls plus the 4 others in flight."""
+    with serve_slots(SlotStub(slots=1000, delay_sec=0.05)) as stub:
+        spec = _spec(
+            tmp_path, concurrency=5, llm={"base_url": stub.base_url, "model": "stub-model"}
+        )
+        code, text = _run(
+            cli, tmp_path, spec, "--isolation", "process", "--budget-tokens", "100", rows=20
+        )
+    assert code == ExitCode.BUDGET_SPENT, text
+    assert math.ceil(100 / PER_CALL) <= stub.calls <= 100 // PER_CALL + 5, stub.calls
+    records = read_jsonl(_output(tmp_path))
+    by_category = Counter(r["error_category"] for r in records)
+    assert set(by_category) <= {None, "budget_exceeded"}, by_category
+    summary = _summary(tmp_path)
+    assert summary["not_run"] == 20 - len(records) > 0
+    assert summary["budget"]["spent"]["tokens"] == PER_CALL * stub.calls
+    (limit,) = summary["model_limits"]
+    assert limit["calls"] == stub.calls  # the children's calls went through the run's limit
+    assert "budget: tokens" in text
 
 
-def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_path: Path) -> None:
-    """Trials call their model from their containers: refused up front, no Docker asked."""
+def test_a_budget_for_trials_in_a_remote_sandbox_is_refused_before_any_trial(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """Trials in a remote environment call their model from there, not through this
+    machine's model gateway: refused up front, before the environment is asked anything."""
     proc = cli(
         "harbor",
         write_rows(tmp_path, 2),
@@ -198,6 +206,8 @@ def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_pa
         CHAT,
         "--code-dir",
         REPO,
+        "--env",
+        "daytona",
         "-o",
         tmp_path / "out" / "results.jsonl",
         "--budget-tokens",
@@ -206,8 +216,32 @@ def test_a_budget_for_harbor_trials_is_refused_before_any_trial(cli: CLI, tmp_pa
     )
     assert proc.returncode == ExitCode.INVALID_INPUT
     (line,) = error_lines(proc.stderr)
-    assert "rows in Harbor trials are not counted against a budget" in line
-    assert not (tmp_path / "out").exists()
+    assert "trials in the daytona environment call their model from a remote sandbox" in line
+    assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_a_budget_for_trials_calling_an_endpoint_elsewhere_is_refused(
+    cli: CLI, tmp_path: Path
+) -> None:
+    """Trials call an endpoint on another machine directly: nothing here could count it."""
+    llm = {"base_url": "http://10.0.0.5:8000/v1", "model": "stub-model"}
+    proc = cli(
+        "harbor",
+        write_rows(tmp_path, 2),
+        "--spec",
+        _spec(tmp_path, llm=llm),
+        "--task-dir",
+        REPO / "tasks" / "calculator",
+        "-o",
+        tmp_path / "out" / "results.jsonl",
+        "--budget-tokens",
+        "100",
+        env=cli_env(**ENV),
+    )
+    assert proc.returncode == ExitCode.INVALID_INPUT
+    (line,) = error_lines(proc.stderr)
+    assert "budget: llm.base_url http://10.0.0.5:8000/v1 is not on this machine" in line
+    assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
 def test_a_token_budget_fails_closed_when_answers_carry_no_usage(cli: CLI, tmp_path: Path) -> None:

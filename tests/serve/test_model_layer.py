@@ -146,3 +146,13 @@ def test_resume_counts_what_the_kept_rollouts_spent(tmp_path: Path) -> None:
             code, err = _stop(server)
     assert late.status_code == 503 and "model_calls 6 of 6 reached" in late.json()["detail"]
     assert code == ExitCode.BUDGET_SPENT and stub.calls == 6, err
+
+
+def test_a_budget_the_server_could_not_hold_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, 2, budget={"model_calls": 5})
+    server = _serve(tmp_path, spec, "--isolation", "process")
+    _, err = server.communicate(timeout=60)
+    code = server.returncode
+    assert code == ExitCode.INVALID_INPUT, err
+    assert "budget: osmo-run serve cannot count the model calls" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -51,7 +51,7 @@ from osmo_run.backends.harbor.preflight import (
     task_for_row,
 )
 from osmo_run.backends.harbor.relay import (
-    LoopbackRelay,
+    ModelGateway,
     is_loopback,
     reach_from_trials,
     rewrite_url,
@@ -85,6 +85,7 @@ from osmo_run.errors import (
     DockerCommandError,
     EnvironmentNotReady,
     InputError,
+    SpecError,
     TaskDirError,
 )
 from osmo_run.run.writing.runlock import held_by_another
@@ -92,6 +93,7 @@ from osmo_run.sdk.config import AgentWorkflowConfig, GraderConfig
 from osmo_run.sdk.context import LLMEndpoint
 from osmo_run.sdk.deadlines import HARBOR_INTERRUPT_GRACE_SEC
 from osmo_run.sdk.imports import import_path_of
+from osmo_run.sdk.model_layer import current_model_layer
 from osmo_run.sdk.names import docker_part
 from osmo_run.sdk.types import (
     BackendDetails,
@@ -101,6 +103,10 @@ from osmo_run.sdk.types import (
     RolloutStatus,
 )
 from osmo_run.sdk.workflow import AgentWorkflow, Grader
+
+MODEL_CALLS_PER_TRIAL = 64
+"""Model calls one trial may have in flight under an adaptive limit that the endpoint never
+throttles (the ceiling of the run's limits is this times the trials run at once)."""
 
 
 class TrialPhase(enum.StrEnum):
@@ -249,7 +255,7 @@ class HarborBackend(ExecutionBackend):
         self._site_lock = asyncio.Lock()
         self._python_lock = asyncio.Lock()
         self._setup: TrialSetup | None = None
-        self._relays: list[LoopbackRelay] = []
+        self._relays: list[ModelGateway] = []
         # (host, port) of a loopback endpoint -> (gateway, port) of its relay: one per
         # endpoint per run, the spec's and every served request's
         self._relayed: dict[tuple[str, int], tuple[str, int]] = {}
@@ -262,6 +268,13 @@ class HarborBackend(ExecutionBackend):
     @property
     def max_concurrency(self) -> int:
         return self._max_concurrency
+
+    @property
+    def model_calls_ceiling(self) -> int:
+        """A trial may make many model calls at once (an agent's parallel tools): the
+        adaptive limit of the run's endpoints may grow to :data:`MODEL_CALLS_PER_TRIAL`
+        calls per trial in flight, where the endpoint takes them."""
+        return self._max_concurrency * MODEL_CALLS_PER_TRIAL
 
     def health(self) -> dict[str, Any]:
         submitted = len(self._pending)
@@ -286,6 +299,7 @@ class HarborBackend(ExecutionBackend):
         async with self._prepare_lock:
             if self._setup is not None:
                 return
+            self._check_budget_is_counted()  # before anything is asked of the environment
             await check_environment(self._environment, self._preflight_timeout_sec)
             llm_url, judge_url = await self._reach_endpoints()
             if self._task_dir is not None:
@@ -319,6 +333,30 @@ class HarborBackend(ExecutionBackend):
                 remove_staging(staging)
                 forget_staging(self._run_dir, self._invocation)
                 raise
+
+    def _check_budget_is_counted(self) -> None:
+        """Refuse a run budget (the model layer current while preparing) that the trials'
+        calls could escape: only calls to a loopback endpoint from local Docker trials pass
+        through the run's model gateway, where they are counted. It fails closed, never
+        open. Raises :class:`SpecError`."""
+        layer = current_model_layer()
+        if layer is None or layer.budget is None:
+            return
+        if not self._is_docker:
+            raise SpecError(
+                f"budget: trials in the {environment_name(self._environment)} environment "
+                "call their model from a remote sandbox, not through this machine, so a budget "
+                "could not count their calls; remove budget (and --budget-tokens, "
+                "--budget-usd) or run the trials in local Docker"
+            )
+        for section, endpoint in (("llm", self._llm), ("judge", self._judge)):
+            if endpoint is not None and not is_loopback(endpoint.base_url):
+                raise SpecError(
+                    f"budget: {section}.base_url {endpoint.base_url} is not on this machine: "
+                    "trials call it directly, not through the run's model gateway, so a "
+                    "budget could not count their calls; remove budget (and "
+                    "--budget-tokens, --budget-usd) or serve the model on this machine"
+                )
 
     async def _stage_and_build(
         self, staging: Path, llm_url: str | None, judge_url: str | None
@@ -364,17 +402,18 @@ class HarborBackend(ExecutionBackend):
     async def _reach_endpoints(self) -> tuple[str | None, str | None]:
         """The model's and the judge's base URLs as trial containers reach them, relaying
         a loopback one (once when both are the same server)."""
-        llm_url, relay = await reach_from_trials(self._llm, self._is_docker)
+        layer = current_model_layer()
+        llm_url, relay = await reach_from_trials(self._llm, self._is_docker, "llm", layer)
         self._keep_relay(self._llm, llm_url, relay)
         judge = self._judge
         if judge is not None and self._llm is not None and judge.base_url == self._llm.base_url:
             return llm_url, llm_url
-        judge_url, relay = await reach_from_trials(judge, self._is_docker, "judge")
+        judge_url, relay = await reach_from_trials(judge, self._is_docker, "judge", layer)
         self._keep_relay(judge, judge_url, relay)
         return llm_url, judge_url
 
     def _keep_relay(
-        self, endpoint: LLMEndpoint | None, url: str | None, relay: LoopbackRelay | None
+        self, endpoint: LLMEndpoint | None, url: str | None, relay: ModelGateway | None
     ) -> None:
         """Note ``relay`` (started for ``endpoint``, reached at ``url``) for the run's end,
         and for the requests whose endpoint is on the same server."""
@@ -408,7 +447,9 @@ class HarborBackend(ExecutionBackend):
             raise InputError(f"chat_completions_url {llm.base_url}: {exc}") from None
         async with self._relay_lock:  # rollouts of one new endpoint start one relay
             if target not in self._relayed:
-                relay, gateway, port = await start_relay(llm.base_url, "chat_completions_url")
+                relay, gateway, port = await start_relay(
+                    llm.base_url, "chat_completions_url", current_model_layer()
+                )
                 self._relays.append(relay)
                 self._relayed[target] = (gateway, port)
         return RequestEndpoint(rewrite_url(llm.base_url, *self._relayed[target]), key_env)

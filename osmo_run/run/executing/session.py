@@ -17,7 +17,7 @@ import sys
 from rich.console import Console
 
 from osmo_run.backends.base import ExecutionBackend
-from osmo_run.errors import ExitCode, SpecError
+from osmo_run.errors import ExitCode
 from osmo_run.run.configuring.spec import RunSpec
 from osmo_run.run.controls.breaker import Breaker
 from osmo_run.run.controls.interrupts import interrupts_handled
@@ -55,7 +55,6 @@ def execute_run(settings: RunSettings, make_backend: BackendFactory, console: Co
     :class:`~osmo_run.errors.OsmoRunError` for bad input before anything runs.
     """
     plan = plan_run(settings)
-    check_budget_is_counted(plan.spec, plan.settings.backend_name)
     if not plan.paths.results.is_dir():  # a directory gets its own line from prepare_run_dir
         check_writable(plan.paths.results, "--output")  # named as the flag, before the lock
     with run_locked(plan.paths):  # one live invocation per run: held until the summary
@@ -112,28 +111,6 @@ def _start_model_server(plan: RunPlan, started: contextlib.ExitStack) -> RunPlan
     }
     note = f" · {MODEL_NAME} (embedded, ready in {startup_sec:.1f}s)"
     return with_model_server(plan, endpoint, info, note)
-
-
-def check_budget_is_counted(spec: RunSpec, backend_name: str) -> None:
-    """Refuse, with :class:`SpecError`, a budget the run could not hold (it fails closed,
-    never open): the model calls of rows in child processes (``isolation: process``) and
-    in Harbor trials do not pass through this process, so nothing would count them."""
-    budget = spec.budget
-    if budget.tokens is None and budget.usd is None and budget.model_calls is None:
-        return
-    where = (
-        "Harbor trials"
-        if backend_name == "harbor"
-        else "child processes (isolation: process)"
-        if spec.isolation == "process"
-        else None
-    )
-    if where is not None:
-        raise SpecError(
-            f"budget: the model calls of rows in {where} are not counted against a budget "
-            "yet, so it could not stop them; remove budget (and --budget-tokens, "
-            "--budget-usd) or run in-process (osmo-run local, isolation: none)"
-        )
 
 
 def run_budget(spec: RunSpec) -> RunBudget:
@@ -216,6 +193,8 @@ def _run_rows(
         async def main() -> RunSummary:
             loop = asyncio.get_running_loop()
             runner: Runner | None = None
+            layer = model_layer(plan, state, backend.model_calls_ceiling)
+            use_model_layer(layer)  # this task's context: prepare's and the rows' inherit it
             preparing = asyncio.ensure_future(backend.prepare())
 
             def interrupt() -> None:
@@ -239,8 +218,6 @@ def _run_rows(
                     file=sys.stderr,
                 )
                 raise KeyboardInterrupt from None  # exit 130
-            layer = model_layer(plan, state, backend.max_concurrency)
-            use_model_layer(layer)  # this task's context: the rows' tasks inherit it
             display.model_status = layer.status
             layer.on_wait = display.row_waiting_for_model
             with OutputWriter(plan.paths.results, plan.secrets, turns=True) as writer:
