@@ -57,6 +57,11 @@ come uncompressed and their ``usage`` can be read."""
 _NOT_RETURNED = _HOP_BY_HOP | {"content-length", "content-encoding"}
 """Answer headers the gateway's server sets itself (the client decoded any encoding)."""
 
+MAX_BODY_BYTES = 128 * 1024 * 1024
+"""The largest request the gateway forwards (a long conversation with images passes a few
+MiB; it is read whole, into this process's memory): a larger one is answered 413 and
+never read, so a runaway or hostile trial cannot exhaust the host's memory."""
+
 SHUTDOWN_GRACE_SEC = 1.0
 """How long closing the gateway waits for requests in flight (the run has ended)."""
 
@@ -76,10 +81,13 @@ class ModelGateway:
     logged.
     """
 
-    def __init__(self, target: str, layer: ModelLayer | None = None) -> None:
+    def __init__(
+        self, target: str, layer: ModelLayer | None = None, max_body_bytes: int = MAX_BODY_BYTES
+    ) -> None:
         parts = urlsplit(target)
         self._origin = f"{parts.scheme or 'http'}://{parts.netloc}"
         self._layer = layer
+        self._max_body_bytes = max_body_bytes
         self._runner: web.ServerRunner | None = None
         self._session: aiohttp.ClientSession | None = None
 
@@ -126,7 +134,11 @@ class ModelGateway:
         if session is None:
             raise web.HTTPServiceUnavailable()
         url = self._origin + request.path_qs
-        body = await request.content.read()  # whole: a long conversation passes 1 MiB
+        body = await self._read_body(request)  # whole: a long conversation passes 1 MiB
+        if body is None:
+            limit = f"{self._max_body_bytes:,}"
+            message = f"the run's model gateway forwards requests of at most {limit} bytes"
+            return web.json_response({"error": {"message": message}}, status=413)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_FORWARDED}
         try:
             if request.method != "POST":  # not a model call: nothing to limit or count
@@ -150,6 +162,21 @@ class ModelGateway:
             # a 5xx, retried by the caller's client as the failed connection was
             message = f"the run's model gateway could not reach {self._origin}: {reason}"
             return web.json_response({"error": {"message": message}}, status=502)
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes | None:
+        """The request's body, or ``None`` once it passes ``max_body_bytes`` (read no further:
+        the connection is closed after the answer)."""
+        declared = request.content_length
+        if declared is not None and declared > self._max_body_bytes:
+            return None
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await request.content.read(_CHUNK):
+            size += len(chunk)
+            if size > self._max_body_bytes:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
 
 
 async def _pass_back(

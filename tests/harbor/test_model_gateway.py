@@ -41,9 +41,9 @@ ASKED = {"model": "stub-model", "messages": [{"role": "user", "content": "hello"
 
 
 @contextlib.asynccontextmanager
-async def gateway_to(base_url: str, layer: ModelLayer | None) -> AsyncIterator[str]:
+async def gateway_to(base_url: str, layer: ModelLayer | None, **options: Any) -> AsyncIterator[str]:
     """A gateway to ``base_url``'s endpoint on 127.0.0.1; yields the base URL clients use."""
-    gateway = ModelGateway(base_url, layer)
+    gateway = ModelGateway(base_url, layer, **options)
     port = await gateway.start("127.0.0.1")
     try:
         yield f"http://127.0.0.1:{port}/v1"
@@ -268,6 +268,37 @@ def test_a_request_of_several_megabytes_is_forwarded_whole() -> None:
 
     assert asyncio.run(asyncio.wait_for(main(), 60)) == 200
     assert sizes == [len(payload)]
+
+
+def test_a_body_over_the_limit_is_refused_413_and_never_reaches_the_endpoint() -> None:
+    """A runaway trial's request is not read into the host's memory whole: past the
+    gateway's limit (declared or streamed without a length) it is answered 413."""
+    sizes: list[int] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        sizes.append(len(await request.read()))
+        return web.json_response({"usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(64):
+            yield b"x" * 65536  # 4 MiB without a Content-Length
+
+    async def main() -> list[tuple[int, str]]:
+        answers = []
+        async with (
+            serving(chat, client_max_size=2**24) as base_url,
+            gateway_to(base_url, None, max_body_bytes=1_000_000) as through,
+            aiohttp.ClientSession() as session,
+        ):
+            for data in (io.BytesIO(b"x" * 2_000_000), chunks(), json.dumps(ASKED).encode()):
+                async with session.post(through + "/chat/completions", data=data) as answer:
+                    answers.append((answer.status, await answer.text()))
+        return answers
+
+    too_big, streamed, fine = asyncio.run(asyncio.wait_for(main(), 60))
+    assert too_big[0] == streamed[0] == 413
+    assert "at most 1,000,000 bytes" in too_big[1]
+    assert fine[0] == 200 and sizes == [len(json.dumps(ASKED))]
 
 
 def test_a_streamed_answer_comes_through_as_it_is_and_its_usage_is_counted() -> None:
