@@ -168,7 +168,8 @@ def test_a_model_judge_takes_its_endpoint_from_the_judge_section(
         ),
         (
             {"base_url": "127.0.0.1:9", "model": "m"},
-            "field 'judge.base_url': Value error, must start with http:// or https://",
+            "field 'judge.base_url': Value error, must start with http:// or https:// "
+            "(got '127.0.0.1:9')",
         ),
         ({"base_url": "http://h/v1", "model": "m", "key": "k"}, "field 'judge.key': unknown field"),
     ],
