@@ -71,6 +71,7 @@ __all__ = [
     "run_grader_phase",
     "run_to_completion",
     "run_workflow_phase",
+    "shallow_result",
     "start_task",
 ]
 
@@ -690,7 +691,7 @@ def combine_phases(
     usage are the workflow phase's.
     """
     if graded is None:
-        final = _shallow(workflow)
+        final = shallow_result(workflow)
         if final.status is RolloutStatus.SUCCESS:
             final.grader_skipped = skipped
             sample = final.sample
@@ -699,7 +700,7 @@ def combine_phases(
                 assert sample is not None
                 sample.reward = None
         return final
-    final = _shallow(graded)
+    final = shallow_result(graded)
     if final.sample is None:
         final.sample = workflow.sample
     if workflow.warnings:
@@ -715,9 +716,10 @@ def combine_phases(
     return final
 
 
-def _shallow(result: ExecutionResult) -> ExecutionResult:
+def shallow_result(result: ExecutionResult) -> ExecutionResult:
     """A copy of ``result`` sharing its sample, info and backend, with timings and a
-    warning list of its own."""
+    warning list of its own: what one who did not make ``result`` changes instead of it
+    (a final result's timings, its masked error, a warning), in about a microsecond."""
     copied = object.__new__(ExecutionResult)
     copied.__dict__.update(result.__dict__)
     timings = object.__new__(Timings)
