@@ -206,7 +206,35 @@ class _Resumed:
                     return stop.value
 
 
-async def _in_place(
+def _in_place(
+    coro: Coroutine[Any, Any, T],
+    clock: PhaseClock,
+    on_abandon: Callable[[PhaseDeadline], None],
+) -> Coroutine[Any, Any, T]:
+    """:func:`_in_place_watched`; on Python 3.11 the calling task carries the rollout in
+    its name while the phase runs (the stall monitor reads the owner from it there) and
+    its own name again after, so the worker's code between rows (recording one, taking the
+    next) is no row's. On 3.12 the owner is in a context variable its caller resets: no
+    wrapper there, and no cost."""
+    watched = _in_place_watched(coro, clock, on_abandon)
+    if sys.version_info >= (3, 12):
+        return watched
+    return _named_for(clock.owner, watched)
+
+
+async def _named_for(owner: str, phase: Coroutine[Any, Any, T]) -> T:
+    """Await ``phase`` with the current task named for ``owner`` (Python 3.11)."""
+    task = asyncio.current_task()
+    assert task is not None
+    name = task.get_name()
+    task.set_name(owner_task_name(owner))
+    try:
+        return await phase
+    finally:
+        task.set_name(name)
+
+
+async def _in_place_watched(
     coro: Coroutine[Any, Any, T],
     clock: PhaseClock,
     on_abandon: Callable[[PhaseDeadline], None],
@@ -225,8 +253,6 @@ async def _in_place(
     """
     task = asyncio.current_task()
     assert task is not None
-    if sys.version_info < (3, 12):  # the stall monitor reads the owner from the task's name
-        task.set_name(owner_task_name(clock.owner))
     context = contextvars.copy_context()
     try:
         yielded = context.run(coro.send, None)
