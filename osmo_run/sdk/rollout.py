@@ -712,9 +712,9 @@ def combine_phases(
 
     The grader phase's result comes from a copy of the workflow's (in this process, or
     from a grader process given it as JSON), so it repeats the workflow's warnings: each
-    warning is kept once, the workflow's first. The sample is the grader's (the
-    workflow's when a failed grader returned none); the workflow's own time, queueing and
-    usage are the workflow phase's.
+    warning is kept once, the workflow's first. The sample and info are the grader's (the
+    workflow's when a failed grader returned none: a grader runner that could not load
+    its grader); the workflow's own time, queueing and usage are the workflow phase's.
     """
     if graded is None:
         final = shallow_result(workflow)
@@ -729,6 +729,8 @@ def combine_phases(
     final = shallow_result(graded)
     if final.sample is None:
         final.sample = workflow.sample
+    if workflow.info and not graded.info:  # a grader runner that failed before it began
+        final.info = workflow.info
     if workflow.warnings:
         own = [w for w in graded.warnings if w not in workflow.warnings]
         final.warnings = [*workflow.warnings, *own]

@@ -290,8 +290,8 @@ def test_a_grader_phase_failure_harbor_recorded_keeps_the_workflows_outcome(
 
 
 def test_a_grader_that_could_not_load_in_the_trial_keeps_the_workflows_sample() -> None:
-    """The grader runner's load failure has no sample of its own: the row keeps the
-    workflow's, and the workflow's warning once, whatever the grader file repeats."""
+    """The grader runner's load failure has no sample or info of its own: the row keeps
+    the workflow's, and the workflow's warning once, whatever the grader file repeats."""
     load_failure = {
         "rollout_id": "row",
         "status": "failure",
@@ -304,4 +304,5 @@ def test_a_grader_that_could_not_load_in_the_trial_keeps_the_workflows_sample() 
     assert (result.error_category, result.error_phase) == (ErrorCategory.AGENT_ERROR, Phase.GRADER)
     assert result.sample is not None and result.sample.messages[-1]["content"] == "42"
     assert result.warnings == ["metric 'score' dropped", "the grader's own"]
+    assert result.info == {"k": 1}
     assert result.usage is not None and result.usage.completion_tokens == 2
