@@ -11,7 +11,7 @@ import pytest
 from osmo_run import ExecutionResult
 from osmo_run.backends.local import LocalBackend
 from osmo_run.sdk.rollout import combine_phases
-from osmo_run.sdk.types import RolloutSample, RolloutStatus
+from osmo_run.sdk.types import ErrorCategory, LLMUsage, Phase, RolloutSample, RolloutStatus
 from tests.conftest import REPO, make_request
 
 
@@ -64,3 +64,20 @@ def test_combining_phases_changes_neither_outcome() -> None:
     assert workflow.warnings == ["w"] and graded.warnings == ["w", "g"]
     assert workflow.sample is sample and sample.reward is None
     assert final is not workflow and final is not graded
+
+
+def test_a_grader_runner_that_failed_before_grading_keeps_the_workflows_outcome() -> None:
+    """A grader process (or trial) that could not load its grader hands back a bare
+    failure: the row keeps the workflow's conversation, warnings, info and usage."""
+    sample = RolloutSample([{"role": "assistant", "content": "hi"}])
+    workflow = ExecutionResult(
+        "r1", RolloutStatus.SUCCESS, sample=sample, info={"k": 1}, warnings=["w"]
+    )
+    workflow.usage = LLMUsage(1, 10, 2)
+    bare = ExecutionResult.failure(
+        "r1", ErrorCategory.AGENT_ERROR, "the grader could not be loaded", Phase.GRADER
+    )
+    final = combine_phases(workflow, bare)
+    assert (final.status, final.error_phase) == (RolloutStatus.FAILURE, Phase.GRADER)
+    assert final.sample is sample and final.reward is None
+    assert (final.info, final.warnings, final.usage) == ({"k": 1}, ["w"], workflow.usage)

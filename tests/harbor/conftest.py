@@ -8,6 +8,7 @@ where they fail instead.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -295,28 +296,30 @@ def stop_process(process: subprocess.Popen[str]) -> None:
 
 @dataclass
 class FakeModel:
-    """An OpenAI-compatible endpoint on 127.0.0.1 that always answers ``reply``."""
+    """An OpenAI-compatible endpoint on 127.0.0.1 (once :func:`serving`) that always
+    answers ``reply``; ``requests`` logs each call's path, model, Authorization header and
+    prompt (its last message's content)."""
 
-    base_url: str
+    base_url: str = ""
     reply: str = "42"
     requests: list[dict[str, Any]] = field(default_factory=list)
 
 
-@pytest.fixture(scope="session")
-def fake_model() -> Iterator[FakeModel]:
-    """A chat-completions server on the host's loopback, recording each request's path,
-    model and Authorization header."""
-    model = FakeModel(base_url="")
+@contextlib.contextmanager
+def serving(model: FakeModel) -> Iterator[FakeModel]:
+    """Serve ``model`` on the host's loopback (its ``base_url`` set) until the block ends."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
+            messages = body.get("messages") or [{}]
             model.requests.append(
                 {
                     "path": self.path,
                     "model": body.get("model"),
                     "authorization": self.headers.get("Authorization"),
+                    "prompt": str(messages[-1].get("content")),
                 }
             )
             payload = json.dumps(
@@ -335,6 +338,15 @@ def fake_model() -> Iterator[FakeModel]:
     model.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield model
-    server.shutdown()
-    server.server_close()
+    try:
+        yield model
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="session")
+def fake_model() -> Iterator[FakeModel]:
+    """A chat-completions server on the host's loopback answering ``42``."""
+    with serving(FakeModel()) as model:
+        yield model

@@ -258,3 +258,51 @@ def test_the_calls_a_trial_captured_come_back_with_its_result(
     failed = workflow_file("failure", error_category="agent_error", turns=[TURN])
     assert trial_to_result("row", trial(), failed, None, "osmo").turns == [TURN], "kept on failure"
     assert trial_to_result("row", trial(), workflow_file(), None, "none").turns is None
+
+
+def _warned_workflow_file() -> dict[str, Any]:
+    """A successful workflow's result file with a warning, info and model usage."""
+    usage = {"model_calls": 1, "prompt_tokens": 10, "completion_tokens": 2}
+    return workflow_file(warnings=["metric 'score' dropped"], info={"k": 1}, usage=usage)
+
+
+@pytest.mark.parametrize(
+    ("exception", "grading", "category"),
+    [
+        ("VerifierTimeoutError", "osmo", ErrorCategory.TIMEOUT),
+        ("RewardFileNotFoundError", "task", ErrorCategory.VALIDATION_ERROR),
+        ("CancelledError", "osmo", ErrorCategory.CANCELLED),
+    ],
+)
+def test_a_grader_phase_failure_harbor_recorded_keeps_the_workflows_outcome(
+    exception: str, grading: str, category: ErrorCategory
+) -> None:
+    """Combined like every backend's grader failure: the row fails in the grader phase
+    and keeps what its workflow reported (its warning, info and model usage), as a
+    grader timeout does in process."""
+    result = trial_to_result("row", trial(exception, "x"), _warned_workflow_file(), None, grading)
+    assert (result.error_category, result.error_phase) == (category, Phase.GRADER)
+    assert result.warnings == ["metric 'score' dropped"]
+    assert result.info == {"k": 1}
+    assert result.usage is not None and result.usage.prompt_tokens == 10
+    assert result.sample is not None and result.sample.messages[-1]["content"] == "42"
+    assert result.reward is None
+
+
+def test_a_grader_that_could_not_load_in_the_trial_keeps_the_workflows_sample() -> None:
+    """The grader runner's load failure has no sample or info of its own: the row keeps
+    the workflow's, and the workflow's warning once, whatever the grader file repeats."""
+    load_failure = {
+        "rollout_id": "row",
+        "status": "failure",
+        "error_category": "agent_error",
+        "error_phase": "grader",
+        "error_message": "the grader could not be loaded inside the trial environment: ...",
+        "warnings": ["metric 'score' dropped", "the grader's own"],
+    }
+    result = trial_to_result("row", trial(), _warned_workflow_file(), load_failure, "osmo")
+    assert (result.error_category, result.error_phase) == (ErrorCategory.AGENT_ERROR, Phase.GRADER)
+    assert result.sample is not None and result.sample.messages[-1]["content"] == "42"
+    assert result.warnings == ["metric 'score' dropped", "the grader's own"]
+    assert result.info == {"k": 1}
+    assert result.usage is not None and result.usage.completion_tokens == 2

@@ -6,26 +6,27 @@ of the run directory (trials kept) or in what the server printed."""
 
 from __future__ import annotations
 
-import http.server
+import contextlib
 import json
 import re
 import signal
 import subprocess
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from osmo_run.client import Rollout, run_batch_sync
 from tests.harbor.conftest import (
     OSMO_RUN,
+    FakeModel,
     cli_env,
     harbor_spec,
     read_rows,
     run_id_of_rows,
+    serving,
     wait_for_no_labelled_containers,
 )
 
@@ -41,52 +42,11 @@ SPEC_KEY = "sk-the-spec-key-9d0e61"
 """The spec's own llm key: no served rollout may get it."""
 
 
-@dataclass
-class Endpoint:
-    """A chat-completions stub on 127.0.0.1 answering ``reply``, recording each call's
-    prompt and Authorization header."""
-
-    reply: str
-    base_url: str = ""
-    calls: list[tuple[str, str | None]] = field(default_factory=list)
-
-
 @pytest.fixture
-def endpoints() -> Iterator[dict[str, Endpoint]]:
-    servers = []
-    found: dict[str, Endpoint] = {}
-    for name in KEYS:
-        endpoint = Endpoint(reply=name)
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            stub = endpoint
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                prompt = str(body["messages"][-1]["content"])
-                self.stub.calls.append((prompt, self.headers.get("Authorization")))
-                payload = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": self.stub.reply}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        endpoint.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        servers.append(server)
-        found[name] = endpoint
-    yield found
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+def endpoints() -> Iterator[dict[str, FakeModel]]:
+    """One chat-completions stub per rollout, answering its name."""
+    with contextlib.ExitStack() as stack:
+        yield {name: stack.enter_context(serving(FakeModel(reply=name))) for name in KEYS}
 
 
 @dataclass
@@ -167,7 +127,7 @@ def _files_holding(root: Path, secrets: list[str]) -> list[str]:
 
 
 def test_each_served_rollout_runs_in_a_trial_with_its_own_endpoint_and_key(
-    tmp_path: Path, endpoints: dict[str, Endpoint], served: Served
+    tmp_path: Path, endpoints: dict[str, FakeModel], served: Served
 ) -> None:
     def rollout(rollout_id: str, endpoint: str, key: str | None) -> Rollout:
         return Rollout(
@@ -190,11 +150,11 @@ def test_each_served_rollout_runs_in_a_trial_with_its_own_endpoint_and_key(
     # each endpoint saw its rollouts' calls only, each with that rollout's key (none
     # for the keyless one, never the spec's)
     for name, endpoint in endpoints.items():
-        callers = {prompt.rsplit("(", 1)[1].rstrip(")") for prompt, _ in endpoint.calls}
+        callers = {call["prompt"].rsplit("(", 1)[1].rstrip(")") for call in endpoint.requests}
         assert callers == ({"r-alpha", "r-keyless"} if name == "alpha" else {f"r-{name}"})
-        for prompt, authorization in endpoint.calls:
-            key = expected_keys[prompt.rsplit("(", 1)[1].rstrip(")")]
-            assert authorization == (None if key is None else f"Bearer {key}")
+        for call in endpoint.requests:
+            key = expected_keys[call["prompt"].rsplit("(", 1)[1].rstrip(")")]
+            assert call["authorization"] == (None if key is None else f"Bearer {key}")
 
     run_dir = tmp_path / "out"
     rows = read_rows(run_dir / "results.jsonl")

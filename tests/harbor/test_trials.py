@@ -378,11 +378,8 @@ def test_workflow_reaches_the_loopback_model_with_the_key(
     # the key arrived inside the container whole, and the model's reply ("42") was graded
     assert row["sample"]["metrics"]["key_len"] == len(SECRET)
     assert outcome(row) == ("success", 1.0, None, None)
-    assert {
-        "path": "/v1/chat/completions",
-        "model": "test-model",
-        "authorization": f"Bearer {SECRET}",
-    } in fake_model.requests
+    calls = [(call["path"], call["model"], call["authorization"]) for call in fake_model.requests]
+    assert ("/v1/chat/completions", "test-model", f"Bearer {SECRET}") in calls
 
 
 @pytest.mark.parametrize("run_name", ["task_run_prebuilt", "task_run_plain"])

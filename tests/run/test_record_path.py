@@ -220,3 +220,27 @@ def test_a_cycle_in_a_results_metrics_or_info_is_a_validation_error(tmp_path: Pa
     assert by_id["fine"]["status"] == "success"
     assert by_id["fine"]["info"] == {"deep": [[[[{"x": 1}]]]]}
     assert summary.error_categories == {"validation_error": 2}
+
+
+def test_a_result_its_backend_delivered_is_unchanged_by_recording(tmp_path: Path) -> None:
+    """The runner records a copy: the result a backend delivered (and a callback may keep)
+    keeps its own time, its unmasked error and its warnings; the file has the recorded
+    one, timed and masked."""
+    secret = "hunter22"
+    failed = ExecutionResult.failure(
+        "failed", ErrorCategory.AGENT_ERROR, f"RuntimeError: {secret}\nline two", Phase.WORKFLOW
+    )
+    untimed = _result("untimed", "fine", {}, False)
+    untimed.timings.total_sec = 0.0
+    delivered = {"failed": failed, "untimed": untimed}
+    before = {row_id: result.to_dict() for row_id, result in delivered.items()}
+    output = tmp_path / "out.jsonl"
+    _run(output, delivered, secret, samples=1)
+
+    assert {row_id: result.to_dict() for row_id, result in delivered.items()} == before
+    assert secret in (failed.error_message or "") and failed.timings.total_sec == 0.0
+    assert failed.backend.error_log is None
+    by_id = {record["row_id"]: record for record in iter_records(output)}
+    assert by_id["failed"]["error_message"] == "RuntimeError: ***"
+    assert by_id["failed"]["backend"]["error_log"] is not None
+    assert all(record["timings"]["total_sec"] > 0 for record in by_id.values())

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import subprocess
+import sys
+import textwrap
 import time
+
+import pytest
 
 from osmo_run.sdk.deadlines import STALL_THRESHOLD_SEC
 from osmo_run.sdk.stalls import LoopStallMonitor, StallShare, rollout_owner
+from tests.conftest import REPO
+from tests.sdk.test_public_api import _python311
 
 SHORT_STALL_SEC = 0.15
 """Begun as the heartbeat answers, the loop misses its next beat by just over the threshold:
@@ -103,3 +111,68 @@ def test_beat_listeners_run_on_the_loop_after_a_stall_is_recorded() -> None:
     asyncio.run(main())
     assert len(seen) >= 2  # the broken listener stopped neither the beat nor the others
     assert seen[0][1] >= STALL_THRESHOLD_SEC  # the first beat came after the stall, knowing it
+
+
+AFTER_THE_ROW = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from osmo_run import AgentWorkflow, AgentWorkflowConfig, ExecutionRequest
+    from osmo_run.sdk.rollout import run_workflow_phase
+    from osmo_run.sdk.stalls import LoopStallMonitor
+
+    class Quick(AgentWorkflow):
+        async def run(self, ctx):
+            await asyncio.sleep(0)
+            return [*ctx.prompt, {"role": "assistant", "content": "hi"}]
+
+    async def worker(monitor):
+        request = ExecutionRequest(
+            id="r1", prompt=[{"role": "user", "content": "q"}], agent_timeout_sec=30
+        )
+        result = await run_workflow_phase(  # in place: the worker task runs the phase
+            request, Quick, AgentWorkflowConfig(), stalls=monitor, on_abandon=print
+        )
+        since = time.monotonic()
+        time.sleep(0.15)  # the worker's own code after the row (recording it) holds the loop
+        await asyncio.sleep(0.12)  # the heartbeat after the stall has run
+        return result, monitor.during(since, "r1")
+
+    async def main():
+        monitor = LoopStallMonitor(asyncio.get_running_loop())
+        monitor.start()
+        try:
+            result, share = await asyncio.get_running_loop().create_task(worker(monitor))
+        finally:
+            monitor.close()
+        print(sys.version_info[:2], result.status.value, share.own, share.foreign)
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.parametrize("python", ["3.11", "this"])
+def test_a_stall_after_a_row_ran_in_place_is_not_that_rows(python: str) -> None:
+    """A worker runs a row's phase in its own task, then blocks the loop in the runner's
+    code: the stall is no row's, not the last row's (Python 3.11 names the task for the
+    row while its phase runs; the name used to stay)."""
+    interpreter = _python311() if python == "3.11" else sys.executable
+    if interpreter is None:
+        pytest.skip("no Python 3.11 interpreter on PATH")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
+    flags = ["-S"] if python == "3.11" else []  # the SDK alone: stdlib only
+    proc = subprocess.run(
+        [interpreter, *flags, "-c", AFTER_THE_ROW],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    version, status, own, foreign = proc.stdout.rsplit(maxsplit=3)
+    assert status == "success", proc.stdout
+    assert float(own) == 0.0, proc.stdout  # the row is not blamed
+    assert float(foreign) >= STALL_THRESHOLD_SEC, proc.stdout  # the stall was seen
+    if python == "3.11":
+        assert version == "(3, 11)"

@@ -38,7 +38,7 @@ from osmo_run.sdk.model_layer import current_model_layer
 from osmo_run.sdk.model_retry import asked_wait_sec
 from osmo_run.sdk.names import rollout_name, safe_name
 from osmo_run.sdk.phase_deadline import PhaseAbandoned
-from osmo_run.sdk.rollout import start_task
+from osmo_run.sdk.rollout import shallow_result, start_task
 from osmo_run.sdk.types import (
     ErrorCategory,
     ExecutionRequest,
@@ -239,12 +239,18 @@ class Runner:
         masked: bool = False,
     ) -> None:
         """Write ``result`` as ``flight``'s row (once), its error masked unless ``masked``
-        says that was done (before a retry that was then called off)."""
+        says that was done (before a retry that was then called off). What is recorded
+        (its time, its masked error, where its full error and turns went) is a copy:
+        ``result`` stays as its backend delivered it, for whoever kept it."""
         if flight.recorded:
             return
         flight.recorded = True
         item = flight.item
         row = item.row
+        if not result.timings.total_sec or result.error_message or result.turns:
+            # what is changed below, on a copy (not a deep one: only its own fields change);
+            # a timed success without turns, the common row, is written as it is
+            result = shallow_result(result)
         if not result.timings.total_sec:
             result.timings.total_sec = time.monotonic() - flight.started
         if not masked:  # the display prints it too: mask secrets there as well
@@ -293,7 +299,8 @@ class Runner:
             self._watch(self._breaker, result, row.row_id)
 
     def _mask_error(self, result: ExecutionResult) -> None:
-        """Mask the secrets in ``result``'s error, once (a secret may be ``*``): in the full
+        """Mask the secrets in ``result``'s error in place (a result of the runner's own,
+        never a backend's), once (a secret may be ``*``): in the full
         text first, then cut the message from it again. The message was cut from the
         unmasked text, so it can hold the first line of a multi-line secret, or the part of
         a long one before the cut, which no longer match the secret."""
@@ -310,14 +317,20 @@ class Runner:
             errors = RunPaths(self._writer.path).errors
             keep_full_error(result, errors, item.safe_name, _as_it_is)
 
-    async def _scrub_kept(self, result: ExecutionResult) -> None:
+    async def _scrub_kept(self, result: ExecutionResult) -> ExecutionResult:
         """Mask the run's secrets in the files of a directory the backend kept for the
         attempt (a trial's), in a thread: a trial's logs can be large, and the loop drives
-        every other row meanwhile."""
+        every other row meanwhile. ``result``, or a copy with what the scrub warned of."""
         kept = result.backend.trial_dir
-        if kept is not None and self._writer.secrets:
-            scrub = functools.partial(scrub_directory, Path(kept), self._writer.secrets)
-            result.warnings.extend(await asyncio.get_running_loop().run_in_executor(None, scrub))
+        if kept is None or not self._writer.secrets:
+            return result
+        scrub = functools.partial(scrub_directory, Path(kept), self._writer.secrets)
+        warnings = await asyncio.get_running_loop().run_in_executor(None, scrub)
+        if not warnings:
+            return result
+        result = shallow_result(result)
+        result.warnings.extend(warnings)
+        return result
 
     def _watch(self, breaker: Breaker, result: ExecutionResult, row_id: str) -> None:
         """Show ``result`` to the breaker; when it trips, stop dispatching (the rows in
@@ -495,7 +508,7 @@ class Runner:
                 if result is None:
                     result = await self._attempt(flight)
                 if result.backend.trial_dir is not None:
-                    await self._scrub_kept(result)
+                    result = await self._scrub_kept(result)
                 tries = flight.attempt - flight.first + 1  # the policy counts this invocation's
                 if (
                     self._interrupted
@@ -506,6 +519,7 @@ class Runner:
                 delay = self._retry_delay(result, tries, flight.waited)
                 if delay is None:
                     break
+                result = shallow_result(result)  # the backend's stays as delivered
                 self._mask_error(result)  # shown by the display before it is recorded
                 flight.attempts.append(attempt_dict(flight.attempt, result))
                 flight.attempt += 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 from pathlib import Path
@@ -11,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from osmo_run.errors import OutputError
+from osmo_run.run.writing.appending import append_line
 from osmo_run.run.writing.masking import SecretMask
 from osmo_run.run.writing.records import record_line
 from osmo_run.run.writing.runfiles import RunPaths
@@ -168,22 +168,15 @@ class OutputWriter:
         return self.mask(repr(value))
 
     def write(self, line: str) -> None:
-        """Append ``line`` (one serialized record, already masked) and a newline."""
-        # A lone surrogate (a \ud800 escape in the data) is written back as that JSON escape.
-        data = (line + "\n").encode("utf-8", "backslashreplace")
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self._fd, view) :]
-        except OSError as exc:
-            with contextlib.suppress(OSError):  # drop the partial line: the file stays valid
-                os.ftruncate(self._fd, self._size)
-            hint = "; free some space" if exc.errno == errno.ENOSPC else ""
-            raise OutputError(
-                f"{self.path}: writing a result failed: {exc.strerror}{hint}; every line "
-                "written before is complete (--resume continues from there)"
-            ) from None
-        self._size += len(data)
+        """Append ``line`` (one serialized record, already masked) and a newline; raises
+        :class:`OutputError` with the file whole up to the line before."""
+        self._size = append_line(
+            self._fd,
+            line,
+            self._size,
+            f"{self.path}: writing a result failed",
+            "; every line written before is complete (--resume continues from there)",
+        )
         self.lines_written += 1
 
     def close(self) -> None:

@@ -20,7 +20,6 @@ writes its one new line (:func:`keep_only_recorded`).
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import math
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from osmo_run.errors import OutputError
+from osmo_run.run.writing.appending import append_line
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
@@ -150,7 +150,6 @@ class TurnsWriter:
         if self._occurs(line):
             turns = self._mask_values(turns)
             line = turns_line(rollout_id, turns)
-        data = (line + "\n").encode("utf-8", "backslashreplace")
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -158,18 +157,8 @@ class TurnsWriter:
                 message = f"{self.path}: cannot open the turns file: {exc.strerror}"
                 raise OutputError(message) from None
             self._size = os.fstat(self._fd).st_size
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self._fd, view) :]
-        except OSError as exc:
-            with contextlib.suppress(OSError):  # drop the partial line: the file stays valid
-                os.ftruncate(self._fd, self._size)
-            hint = "; free some space" if exc.errno == errno.ENOSPC else ""
-            raise OutputError(
-                f"{self.path}: writing a rollout's turns failed: {exc.strerror}{hint}"
-            ) from None
-        self._size += len(data)
+        failed = f"{self.path}: writing a rollout's turns failed"
+        self._size = append_line(self._fd, line, self._size, failed)
         self.lines_written += 1
         return turns
 
