@@ -203,9 +203,11 @@ def _browser_problem() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
-    """Headless Chromium (skipped without it; failed with ``OSMO_RUN_REQUIRE_BROWSER=1``)."""
+    """Headless Chromium (skipped without it; failed with ``OSMO_RUN_REQUIRE_BROWSER=1``).
+    Package-scoped: Playwright's sync API keeps an event loop running in the main thread
+    while it is open, so tests after ``tests/view`` that call ``asyncio.run`` would fail."""
     problem = _browser_problem()
     if problem is not None:
         if os.environ.get("OSMO_RUN_REQUIRE_BROWSER") == "1":
