@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import sys
 import time
 from collections.abc import Callable, Coroutine, Generator
@@ -28,7 +27,7 @@ from osmo_run.sdk.context import (
     conversation_before_failure,
 )
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
-from osmo_run.sdk.exits import exits_as_errors
+from osmo_run.sdk.exits import exited_error, exits_as_errors
 from osmo_run.sdk.phase_deadline import (
     DeadlineSweeper,
     PhaseAbandoned,
@@ -276,16 +275,16 @@ async def _in_place(
 
 def make_workflow(source: WorkflowSource, config: AgentWorkflowConfig) -> AgentWorkflow:
     """A fresh workflow (with its own copy of ``config``) from a class; an instance as is."""
-    if isinstance(source, AgentWorkflow):
-        return source
-    return source(config.fresh_copy())
+    if isinstance(source, type):  # not isinstance(source, AgentWorkflow): an ABC's check is slow
+        return source(config.fresh_copy())
+    return source
 
 
 def make_grader(source: GraderSource, config: GraderConfig) -> Grader:
     """A fresh grader (with its own copy of ``config``) from a class; an instance as is."""
-    if isinstance(source, Grader):
-        return source
-    return source(config.fresh_copy())
+    if isinstance(source, type):
+        return source(config.fresh_copy())
+    return source
 
 
 async def run_workflow_phase(
@@ -332,7 +331,7 @@ async def run_workflow_phase(
                 metadata=request.metadata,
                 rollout_id=request.id,
                 _artifacts_root=artifacts_root,
-                _artifacts_name=request.safe_name,
+                _artifacts_name=request.name,  # None: derived from the id when first needed
                 _warnings=rollout.warnings,
             )
             produced = _produce(instance, ctx, rollout)
@@ -364,7 +363,10 @@ async def _produce(
 ) -> tuple[RolloutSample, dict[str, Any]]:
     """The workflow's sample and info: what it returned, or what its sample source gives
     (under the same deadline)."""
-    output = await exits_as_errors(instance.run(ctx), "workflow")
+    try:  # as exits_as_errors does, without a coroutine of its own per rollout
+        output = await instance.run(ctx)
+    except SystemExit as exc:
+        raise exited_error(exc, "workflow") from None
     sample, info = sample_from_output(output)
     if sample is None:
         sample = await sample_from_source(rollout, output)
@@ -391,7 +393,7 @@ def _finish_workflow(
     if rollout.turns:  # a failed rollout keeps its captured calls too
         result.turns = list(rollout.turns)
     if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
-        result.usage = dataclasses.replace(usage)
+        result.usage = usage.copy()
         if result.sample is None and rollout.last_call is not None:  # failed: what it got to
             before = conversation_before_failure(rollout)
             if before is not None:
@@ -545,7 +547,7 @@ def _finish_grader(
     if explained is not None:  # kept on failure too: it says how far grading got
         result.info[GRADER_INFO_KEY] = explained
     # a copy: an abandoned grader may still be counting; None replaces an earlier grading's
-    result.grader_usage = dataclasses.replace(rollout.usage) if rollout.usage.model_calls else None
+    result.grader_usage = rollout.usage.copy() if rollout.usage.model_calls else None
     warnings.extend(w for w in rollout.warnings if w not in warnings)  # e.g. unreadable usage
     result.timings.grader_sec = time.monotonic() - started
     sample = result.sample
@@ -584,7 +586,7 @@ async def _grade(
         config=instance.config,
         rollout_id=request.id,
         _artifacts_root=artifacts_root,
-        _artifacts_name=request.safe_name,
+        _artifacts_name=request.name,  # None: derived from the id when first needed
         _warnings=warnings,
     )
     graded.append(ctx)
