@@ -265,6 +265,7 @@ class LocalBackend(ExecutionBackend):
                 self._judge,
                 stalls=stalls,
                 on_abandon=on_abandon,
+                handed_over=True,  # the row's own: graded in place, not copied
             )
         assert self._grader_path is not None
         spec = grader_input(request, self._grader_path, self._grader_config, self._judge)

@@ -36,7 +36,7 @@ from osmo_run.sdk.phase_deadline import (
 )
 from osmo_run.sdk.samples import sample_from_output, sample_from_source
 from osmo_run.sdk.stalls import LoopStallMonitor, owner_task_name, rollout_owner
-from osmo_run.sdk.telemetry import fit_info, fit_metrics
+from osmo_run.sdk.telemetry import fit_info, fit_metrics, metrics_fit
 from osmo_run.sdk.types import (
     NO_BACKEND_DETAILS,
     SAMPLE_REMOVED,
@@ -473,6 +473,7 @@ async def run_grader_phase(
     *,
     stalls: LoopStallMonitor | None = None,
     on_abandon: AbandonHandler | None = None,
+    handed_over: bool = False,
 ) -> ExecutionResult:
     """Grade a successful workflow result under the grader deadline; never raises but for
     cancellation of the caller (and :class:`PhaseAbandoned`).
@@ -480,13 +481,24 @@ async def run_grader_phase(
     Returns a new result; ``workflow_result`` is left as it is (the grader works on a copy
     of it): SUCCESS with the reward on its sample (or no reward and ``grader_skipped`` when
     the grader removed the sample), or FAILURE (phase ``grader``) that keeps the sample.
+    With ``handed_over`` the caller gives ``workflow_result`` up instead (nobody else holds
+    it, and it is read afterwards only by :func:`combine_phases`, as the workflow phase's
+    result): it is graded and returned itself, with a sample of its own (the message list
+    and metrics the workflow returned are never changed), which saves copying the rest of
+    it once per row.
     What the grader explained (``ctx.explain``) goes to ``info["grader"]`` either way. The
     grader runs in a rollout context of its own whose endpoint is ``judge`` (``ctx.judge``)
     and whose usage, the model calls the grader made, becomes ``grader_usage`` (apart from
     the workflow's). ``stalls`` and ``on_abandon`` as for :func:`run_workflow_phase`.
     """
     started = time.monotonic()
-    result = copy_result(workflow_result)
+    if handed_over:
+        result = workflow_result
+        if result.sample is not None:
+            result.sample = _sample_copy(result.sample)
+    else:
+        result = copy_result(workflow_result)
+    given = None if result.sample is None else result.sample.metrics  # the grader's copy
     result.info.pop(GRADER_INFO_KEY, None)  # an earlier grading's (regrade) is not this one's
     timeout_sec = request.grader_timeout_sec
     deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
@@ -522,7 +534,7 @@ async def run_grader_phase(
         _grader_timeout(result, rollout, exc.deadline, exc.abandoned)
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
-    return _finish_grader(result, started, rollout, warnings, graded)
+    return _finish_grader(result, started, rollout, warnings, graded, given)
 
 
 def _grader_timeout(
@@ -541,8 +553,11 @@ def _finish_grader(
     rollout: RolloutContext,
     warnings: list[str],
     graded: list[GraderContext],
+    given_metrics: object = None,
 ) -> ExecutionResult:
-    """``result`` with what the grader explained, its usage, its time and its warnings."""
+    """``result`` with what the grader explained, its usage, its time and its warnings;
+    its metrics fitted again unless they are still ``given_metrics``, the dict handed to
+    the grader (fitted already: a copy of the workflow phase's), and still fit."""
     explained = graded[0].explained() if graded else None
     if explained is not None:  # kept on failure too: it says how far grading got
         result.info[GRADER_INFO_KEY] = explained
@@ -552,7 +567,9 @@ def _finish_grader(
     result.timings.grader_sec = time.monotonic() - started
     sample = result.sample
     if sample is not None and (type(sample.metrics) is not dict or sample.metrics):
-        _fit_sample_metrics(result)  # the grader may have added metrics of its own
+        metrics = sample.metrics
+        if metrics is not given_metrics or not metrics_fit(metrics):
+            _fit_sample_metrics(result)  # the grader added, changed or replaced metrics
     if warnings:
         result.warnings.extend(w for w in warnings if w not in result.warnings)
     return result
@@ -660,12 +677,7 @@ def copy_result(result: ExecutionResult) -> ExecutionResult:
     copied.__dict__.update(result.__dict__)
     sample = result.sample
     if sample is not None:
-        copied.sample = RolloutSample(
-            list(sample.messages),
-            dict(sample.metrics) if type(sample.metrics) is dict else sample.metrics,
-            sample.reward,
-            sample.remove_sample,
-        )
+        copied.sample = _sample_copy(sample)
     copied.info = dict(result.info)
     copied.backend = result.backend  # immutable: shared
     copied.warnings = list(result.warnings)
@@ -673,6 +685,16 @@ def copy_result(result: ExecutionResult) -> ExecutionResult:
     timings.__dict__.update(result.timings.__dict__)
     copied.timings = timings
     return copied
+
+
+def _sample_copy(sample: RolloutSample) -> RolloutSample:
+    """A copy of ``sample`` with its own message list and metrics (not the messages)."""
+    return RolloutSample(
+        list(sample.messages),
+        dict(sample.metrics) if type(sample.metrics) is dict else sample.metrics,
+        sample.reward,
+        sample.remove_sample,
+    )
 
 
 def combine_phases(

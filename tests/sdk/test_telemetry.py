@@ -9,11 +9,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from osmo_run import ExecutionResult, RolloutStatus
+from osmo_run import ExecutionResult, Grader, GraderContext, RolloutStatus
 from osmo_run.sdk.telemetry import fit_metrics, metrics_fit
 from osmo_run.testing import run_rollout
 from tests.compat_workflows import CompatGrader, CompatWorkflow
 from tests.conftest import CLI, jsonl_bytes, read_jsonl
+from tests.workflows import ScriptedWorkflow
 
 
 def _rollout(metadata: dict[str, Any]) -> ExecutionResult:
@@ -94,3 +95,19 @@ def test_metrics_already_fit_are_copied_and_every_other_value_still_fitted() -> 
         assert not metrics_fit({"x": bad})
         assert fit_metrics({"x": bad, "y": 2.0})[0] == {"y": 2.0}
     assert not metrics_fit({"solved": True}) and not metrics_fit({1: 1.0})
+
+
+def test_metrics_the_grader_replaces_are_fitted_as_the_ones_it_adds() -> None:
+    """A grader that puts a dict of its own on the sample (with a NaN and a bool) gets it
+    fitted like one it changed in place: the reward kept, the NaN named."""
+
+    class ReplacingGrader(Grader):
+        async def grade(self, ctx: GraderContext) -> float:
+            assert ctx.sample is not None
+            ctx.sample.metrics = {"score": math.nan, "exact": True}
+            return 1.0
+
+    result = asyncio.run(run_rollout(ScriptedWorkflow, "hi", label="hi", grader=ReplacingGrader))
+    assert result.status is RolloutStatus.SUCCESS and result.reward == 1.0
+    assert result.sample is not None and result.sample.metrics == {"exact": 1}
+    assert result.warnings == ["metrics must be finite numbers; dropped 'score' (float nan)"]
