@@ -278,6 +278,7 @@ class LocalBackend(ExecutionBackend):
                 self._judge,
                 stalls=stalls,
                 on_abandon=on_abandon,
+                handed_over=True,  # the row's own: graded in place, not copied
             )
         assert self._grader_path is not None
         judge = await self._through_gateway(self._judge)

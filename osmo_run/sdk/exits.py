@@ -42,5 +42,11 @@ async def exits_as_errors(coro: Coroutine[Any, Any, T], what: str) -> T:
     try:
         return await coro
     except SystemExit as exc:
-        error = ExitedWithoutReturning(exited_message(what, exit_code(exc)))
-        raise error.with_traceback(exc.__traceback__) from None
+        raise exited_error(exc, what) from None
+
+
+def exited_error(exc: SystemExit, what: str) -> ExitedWithoutReturning:
+    """The error a ``what`` that raised ``exc`` fails with: its traceback is ``exc``'s, so
+    the error names the line that exited (raise it ``from None``)."""
+    error = ExitedWithoutReturning(exited_message(what, exit_code(exc)))
+    return error.with_traceback(exc.__traceback__)

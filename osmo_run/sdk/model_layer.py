@@ -12,9 +12,8 @@ layer is current (a sandbox, no run) calls go as they did. Stdlib only.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from osmo_run.errors import BudgetExceededError
@@ -79,38 +78,57 @@ class _NoSlot:
         pass
 
 
-@contextlib.asynccontextmanager
-async def model_call(url: str, first_try: bool = True) -> AsyncIterator[Slot | _NoSlot]:
+class model_call:  # lower case: called as the function it was, `async with model_call(url)`
     """One try of a model call to ``url``: wait for a slot under the endpoint's limit, then
     be admitted by the budget (``BudgetExceededError`` when spent: nothing is sent). Tell
     the yielded slot how the try ended: ``slot.done(answered(status, headers))``.
     ``first_try`` is false for a retry (it does not count as another call in
-    ``model_calls``)."""
-    layer = current_model_layer()
-    if layer is None:
-        yield _NoSlot()
-        return
-    limit = layer.limits.for_url(url)
-    rollout = _current.get()
-    shown = None if layer.on_wait is None or rollout is None or not limit.full else rollout
-    if shown is not None and layer.on_wait is not None:
-        layer.on_wait(shown.rollout_id, True)
-    slot = limit.slot()
-    try:
-        await slot.__aenter__()
-    finally:
+    ``model_calls``).
+
+    A class with ``__aenter__``/``__aexit__`` rather than an ``asynccontextmanager``
+    generator: every model call passes here, and the generator's machinery cost about as
+    much as the limit and the budget themselves. The slot is left however the try ends."""
+
+    __slots__ = ("_first_try", "_slot", "_url")
+
+    def __init__(self, url: str, first_try: bool = True) -> None:
+        self._url = url
+        self._first_try = first_try
+        self._slot: Slot | None = None
+
+    async def __aenter__(self) -> Slot | _NoSlot:
+        layer = current_model_layer()
+        if layer is None:
+            return _NO_SLOT
+        limit = layer.limits.for_url(self._url)
+        rollout = _current.get()
+        shown = None if layer.on_wait is None or rollout is None or not limit.full else rollout
         if shown is not None and layer.on_wait is not None:
-            layer.on_wait(shown.rollout_id, False)
-    try:
+            layer.on_wait(shown.rollout_id, True)
+        slot = limit.slot()
+        try:
+            await slot.__aenter__()
+        finally:
+            if shown is not None and layer.on_wait is not None:
+                layer.on_wait(shown.rollout_id, False)
         if layer.budget is not None:
             try:
-                layer.budget.admit(first_try)
-            except BudgetExceededError:
-                slot.done(Outcome.NOT_SENT)
+                layer.budget.admit(self._first_try)
+            except BaseException as exc:
+                if isinstance(exc, BudgetExceededError):
+                    slot.done(Outcome.NOT_SENT)
+                await slot.__aexit__(None, None, None)
                 raise
-        yield slot
-    finally:
-        await slot.__aexit__(None, None, None)
+        self._slot = slot
+        return slot
+
+    async def __aexit__(self, *exc: object) -> None:
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            await slot.__aexit__(None, None, None)
+
+
+_NO_SLOT = _NoSlot()
 
 
 def answered(status: int | None, headers: Any = None) -> Outcome:

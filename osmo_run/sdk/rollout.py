@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import sys
 import time
 from collections.abc import Callable, Coroutine, Generator
@@ -28,7 +27,7 @@ from osmo_run.sdk.context import (
     conversation_before_failure,
 )
 from osmo_run.sdk.deadlines import CANCEL_GRACE_SEC
-from osmo_run.sdk.exits import exits_as_errors
+from osmo_run.sdk.exits import exited_error, exits_as_errors
 from osmo_run.sdk.phase_deadline import (
     DeadlineSweeper,
     PhaseAbandoned,
@@ -37,7 +36,7 @@ from osmo_run.sdk.phase_deadline import (
 )
 from osmo_run.sdk.samples import sample_from_output, sample_from_source
 from osmo_run.sdk.stalls import LoopStallMonitor, owner_task_name, rollout_owner
-from osmo_run.sdk.telemetry import fit_info, fit_metrics
+from osmo_run.sdk.telemetry import fit_info, fit_metrics, metrics_fit
 from osmo_run.sdk.types import (
     NO_BACKEND_DETAILS,
     SAMPLE_REMOVED,
@@ -303,16 +302,16 @@ async def _in_place_watched(
 
 def make_workflow(source: WorkflowSource, config: AgentWorkflowConfig) -> AgentWorkflow:
     """A fresh workflow (with its own copy of ``config``) from a class; an instance as is."""
-    if isinstance(source, AgentWorkflow):
-        return source
-    return source(config.fresh_copy())
+    if isinstance(source, type):  # not isinstance(source, AgentWorkflow): an ABC's check is slow
+        return source(config.fresh_copy())
+    return source
 
 
 def make_grader(source: GraderSource, config: GraderConfig) -> Grader:
     """A fresh grader (with its own copy of ``config``) from a class; an instance as is."""
-    if isinstance(source, Grader):
-        return source
-    return source(config.fresh_copy())
+    if isinstance(source, type):
+        return source(config.fresh_copy())
+    return source
 
 
 async def run_workflow_phase(
@@ -359,7 +358,7 @@ async def run_workflow_phase(
                 metadata=request.metadata,
                 rollout_id=request.id,
                 _artifacts_root=artifacts_root,
-                _artifacts_name=request.safe_name,
+                _artifacts_name=request.name,  # None: derived from the id when first needed
                 _warnings=rollout.warnings,
             )
             produced = _produce(instance, ctx, rollout)
@@ -391,7 +390,10 @@ async def _produce(
 ) -> tuple[RolloutSample, dict[str, Any]]:
     """The workflow's sample and info: what it returned, or what its sample source gives
     (under the same deadline)."""
-    output = await exits_as_errors(instance.run(ctx), "workflow")
+    try:  # as exits_as_errors does, without a coroutine of its own per rollout
+        output = await instance.run(ctx)
+    except SystemExit as exc:
+        raise exited_error(exc, "workflow") from None
     sample, info = sample_from_output(output)
     if sample is None:
         sample = await sample_from_source(rollout, output)
@@ -418,7 +420,7 @@ def _finish_workflow(
     if rollout.turns:  # a failed rollout keeps its captured calls too
         result.turns = list(rollout.turns)
     if usage.model_calls or usage.retried_calls:  # retried calls show even when none answered
-        result.usage = dataclasses.replace(usage)
+        result.usage = usage.copy()
         if result.sample is None and rollout.last_call is not None:  # failed: what it got to
             before = conversation_before_failure(rollout)
             if before is not None:
@@ -498,6 +500,7 @@ async def run_grader_phase(
     *,
     stalls: LoopStallMonitor | None = None,
     on_abandon: AbandonHandler | None = None,
+    handed_over: bool = False,
 ) -> ExecutionResult:
     """Grade a successful workflow result under the grader deadline; never raises but for
     cancellation of the caller (and :class:`PhaseAbandoned`).
@@ -505,13 +508,24 @@ async def run_grader_phase(
     Returns a new result; ``workflow_result`` is left as it is (the grader works on a copy
     of it): SUCCESS with the reward on its sample (or no reward and ``grader_skipped`` when
     the grader removed the sample), or FAILURE (phase ``grader``) that keeps the sample.
+    With ``handed_over`` the caller gives ``workflow_result`` up instead (nobody else holds
+    it, and it is read afterwards only by :func:`combine_phases`, as the workflow phase's
+    result): it is graded and returned itself, with a sample of its own (the message list
+    and metrics the workflow returned are never changed), which saves copying the rest of
+    it once per row.
     What the grader explained (``ctx.explain``) goes to ``info["grader"]`` either way. The
     grader runs in a rollout context of its own whose endpoint is ``judge`` (``ctx.judge``)
     and whose usage, the model calls the grader made, becomes ``grader_usage`` (apart from
     the workflow's). ``stalls`` and ``on_abandon`` as for :func:`run_workflow_phase`.
     """
     started = time.monotonic()
-    result = copy_result(workflow_result)
+    if handed_over:
+        result = workflow_result
+        if result.sample is not None:
+            result.sample = _sample_copy(result.sample)
+    else:
+        result = copy_result(workflow_result)
+    given = None if result.sample is None else result.sample.metrics  # the grader's copy
     result.info.pop(GRADER_INFO_KEY, None)  # an earlier grading's (regrade) is not this one's
     timeout_sec = request.grader_timeout_sec
     deadline = None if timeout_sec is None else started + timeout_sec  # per-call retries' bound
@@ -547,7 +561,7 @@ async def run_grader_phase(
         _grader_timeout(result, rollout, exc.deadline, exc.abandoned)
     except Exception as exc:
         _fail_in_place(result, categorize_exception(exc), describe_exception(exc))
-    return _finish_grader(result, started, rollout, warnings, graded)
+    return _finish_grader(result, started, rollout, warnings, graded, given)
 
 
 def _grader_timeout(
@@ -566,18 +580,23 @@ def _finish_grader(
     rollout: RolloutContext,
     warnings: list[str],
     graded: list[GraderContext],
+    given_metrics: object = None,
 ) -> ExecutionResult:
-    """``result`` with what the grader explained, its usage, its time and its warnings."""
+    """``result`` with what the grader explained, its usage, its time and its warnings;
+    its metrics fitted again unless they are still ``given_metrics``, the dict handed to
+    the grader (fitted already: a copy of the workflow phase's), and still fit."""
     explained = graded[0].explained() if graded else None
     if explained is not None:  # kept on failure too: it says how far grading got
         result.info[GRADER_INFO_KEY] = explained
     # a copy: an abandoned grader may still be counting; None replaces an earlier grading's
-    result.grader_usage = dataclasses.replace(rollout.usage) if rollout.usage.model_calls else None
+    result.grader_usage = rollout.usage.copy() if rollout.usage.model_calls else None
     warnings.extend(w for w in rollout.warnings if w not in warnings)  # e.g. unreadable usage
     result.timings.grader_sec = time.monotonic() - started
     sample = result.sample
     if sample is not None and (type(sample.metrics) is not dict or sample.metrics):
-        _fit_sample_metrics(result)  # the grader may have added metrics of its own
+        metrics = sample.metrics
+        if metrics is not given_metrics or not metrics_fit(metrics):
+            _fit_sample_metrics(result)  # the grader added, changed or replaced metrics
     if warnings:
         result.warnings.extend(w for w in warnings if w not in result.warnings)
     return result
@@ -611,7 +630,7 @@ async def _grade(
         config=instance.config,
         rollout_id=request.id,
         _artifacts_root=artifacts_root,
-        _artifacts_name=request.safe_name,
+        _artifacts_name=request.name,  # None: derived from the id when first needed
         _warnings=warnings,
     )
     graded.append(ctx)
@@ -685,12 +704,7 @@ def copy_result(result: ExecutionResult) -> ExecutionResult:
     copied.__dict__.update(result.__dict__)
     sample = result.sample
     if sample is not None:
-        copied.sample = RolloutSample(
-            list(sample.messages),
-            dict(sample.metrics) if type(sample.metrics) is dict else sample.metrics,
-            sample.reward,
-            sample.remove_sample,
-        )
+        copied.sample = _sample_copy(sample)
     copied.info = dict(result.info)
     copied.backend = result.backend  # immutable: shared
     copied.warnings = list(result.warnings)
@@ -698,6 +712,16 @@ def copy_result(result: ExecutionResult) -> ExecutionResult:
     timings.__dict__.update(result.timings.__dict__)
     copied.timings = timings
     return copied
+
+
+def _sample_copy(sample: RolloutSample) -> RolloutSample:
+    """A copy of ``sample`` with its own message list and metrics (not the messages)."""
+    return RolloutSample(
+        list(sample.messages),
+        dict(sample.metrics) if type(sample.metrics) is dict else sample.metrics,
+        sample.reward,
+        sample.remove_sample,
+    )
 
 
 def combine_phases(

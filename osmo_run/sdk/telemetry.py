@@ -25,6 +25,10 @@ from typing import Any
 _DROP = object()
 """A value with no place in the output."""
 
+_EXACT_INT_BOUND = 2**1023
+"""An ``int`` smaller than this in magnitude converts to a finite float (larger ones may
+overflow: those take the careful path)."""
+
 
 def _plain_number(value: object) -> object:
     """``value`` as a Python ``int``/``float``/``bool`` when it is a number of another
@@ -61,11 +65,27 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}"
 
 
+def metrics_fit(metrics: object) -> bool:
+    """Whether ``metrics`` is what :func:`fit_metrics` makes of it already: a ``dict`` of
+    ``str`` keys and finite ``float`` or ``int`` values (a quick check, no copy)."""
+    if type(metrics) is not dict:
+        return False
+    for key, value in metrics.items():
+        if type(key) is not str or not (
+            (type(value) is float and value - value == 0.0)  # finite (nan, inf: nan)
+            or (type(value) is int and -_EXACT_INT_BOUND < value < _EXACT_INT_BOUND)
+        ):
+            return False
+    return True
+
+
 def fit_metrics(metrics: object) -> tuple[dict[str, float], str | None]:
     """``metrics`` as a dict of finite numbers, and a warning naming what was dropped
     (``None`` when nothing was)."""
     if not isinstance(metrics, dict):
         return {}, f"metrics must be a dict of numbers; dropped {_describe(metrics)}"
+    if metrics_fit(metrics):  # the common case, once per rollout
+        return dict(metrics), None
     fitted: dict[str, float] = {}
     dropped: list[str] = []
     for key, value in metrics.items():

@@ -175,6 +175,14 @@ class LLMUsage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def copy(self) -> LLMUsage:
+        """A copy that does not change when this one goes on counting (an abandoned
+        workflow may); as ``dataclasses.replace(self)``, without its per-field work (it runs
+        once per rollout that called a model)."""
+        copied = object.__new__(LLMUsage)
+        copied.__dict__.update(self.__dict__)
+        return copied
+
     def add(self, prompt_tokens: int, completion_tokens: int, seconds: float) -> None:
         """Count one model call."""
         self.model_calls += 1
@@ -406,6 +414,8 @@ class BackendDetails:
 
     def to_dict(self) -> dict[str, Any]:
         """The record's ``backend`` object: the fields that are set, then ``other``."""
+        if self is NO_BACKEND_DETAILS:  # most results: once per row on the hot path
+            return {}
         data: dict[str, Any] = {}
         for name in _BACKEND_FIELDS:
             value = getattr(self, name)

@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
-from osmo_run.errors import ExitCode
-from osmo_run.sdk.model_layer import answered
+from osmo_run.errors import BudgetExceededError, ExitCode
+from osmo_run.sdk.model_budget import RunBudget
+from osmo_run.sdk.model_layer import ModelLayer, answered, model_call, use_model_layer
 from osmo_run.sdk.model_limits import (
     ACCEPTED_AFTER_SEC,
     INITIAL_LIMIT,
     EndpointLimit,
+    ModelLimits,
     Outcome,
 )
 from tests.conftest import CLI, cli_env, read_jsonl
@@ -328,3 +330,28 @@ def test_what_counts_as_the_endpoint_saying_it_is_full() -> None:
     assert answered(None) is Outcome.NEUTRAL, "no answer says nothing about the limit"
     assert answered(200, {}) is Outcome.ANSWERED
     assert answered(400, {}) is Outcome.ANSWERED, "the endpoint had room to refuse it"
+
+
+def test_a_try_gives_its_slot_back_however_it_ends() -> None:
+    """``model_call`` holds one slot per try: back when the try's code raises, and when the
+    budget refuses the try (then it counts as not sent, and nothing is held)."""
+    url = "http://127.0.0.1:9/v1/chat/completions"
+    layer = ModelLayer(ModelLimits(4), RunBudget(model_calls=1))
+    limit = layer.limits.for_url(url)
+    in_flight: list[int] = []
+
+    async def main() -> None:
+        use_model_layer(layer)
+        with pytest.raises(RuntimeError, match="the client failed"):
+            async with model_call(url):
+                in_flight.append(limit.in_flight)
+                raise RuntimeError("the client failed")
+        in_flight.append(limit.in_flight)
+        with pytest.raises(BudgetExceededError, match="budget is spent"):
+            async with model_call(url):
+                in_flight.append(-1)  # never: the one call the budget allows was made
+        in_flight.append(limit.in_flight)
+
+    asyncio.run(main())
+    assert in_flight == [1, 0, 0]
+    assert layer.budget is not None and layer.budget.refused_calls == 1

@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from osmo_run import ErrorCategory, ExecutionResult, Grader, Phase, RolloutStatus
+from osmo_run import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    AgentWorkflowOutput,
+    ErrorCategory,
+    ExecutionResult,
+    Grader,
+    GraderContext,
+    Phase,
+    RolloutStatus,
+)
 from osmo_run.backends.local import LocalBackend
 from tests.conftest import make_request
 from tests.workflows import ScriptedGrader, ScriptedWorkflow
@@ -79,3 +89,38 @@ def test_nan_reward_is_a_validation_error() -> None:
     assert result.error_phase is Phase.GRADER
     assert result.error_message is not None and "reward must be finite" in result.error_message
     assert result.reward is None
+
+
+def test_a_grader_changing_the_sample_never_changes_what_the_workflow_returned() -> None:
+    """In process the grader works on the row's own result (not a copy of all of it), but
+    on a sample of its own: a grader that appends a message and adds a metric changes the
+    row's final sample, never the list and dict a workflow (here one instance shared by
+    every row) returned, nor the row's prompt; each row's final result is its own."""
+    messages: list[dict[str, Any]] = [{"role": "assistant", "content": "hi"}]
+    metrics: dict[str, float] = {}
+
+    class SharedOutput(AgentWorkflow):
+        async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+            return AgentWorkflowOutput(messages, metrics=metrics)
+
+    class Appending(Grader):
+        async def grade(self, ctx: GraderContext) -> float:
+            assert ctx.sample is not None
+            ctx.sample.messages.append({"role": "user", "content": "graded"})
+            ctx.sample.metrics["graded"] = 1.0
+            return 1.0
+
+    backend = LocalBackend(SharedOutput(), grader=Appending)
+    requests = [make_request(label="hi", row_id=f"r{i}") for i in range(2)]
+
+    async def both() -> list[ExecutionResult]:
+        return [await backend.run_rollout(request) for request in requests]
+
+    finals = asyncio.run(both())
+    for final in finals:
+        assert final.status is RolloutStatus.SUCCESS and final.reward == 1.0
+        assert final.sample is not None and final.sample.metrics == {"graded": 1.0}
+        assert [m["content"] for m in final.sample.messages] == ["hi", "graded"]
+    assert messages == [{"role": "assistant", "content": "hi"}] and metrics == {}
+    assert finals[0].sample is not finals[1].sample
+    assert all(len(r.prompt) == 1 for r in requests)

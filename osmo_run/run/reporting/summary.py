@@ -426,6 +426,11 @@ def with_not_run(summary: RunSummary, not_run: int) -> RunSummary:
 
 def _as_recorded(usage: LLMUsage | None) -> LLMUsage | None:
     """``usage`` as its record reads back (:meth:`LLMUsage.to_dict` rounds ``model_sec``)."""
-    if usage is None or round(usage.model_sec, 6) == usage.model_sec:
+    if usage is None:
+        return None
+    model_sec = round(usage.model_sec, 6)
+    if model_sec == usage.model_sec:
         return usage
-    return dataclasses.replace(usage, model_sec=round(usage.model_sec, 6))
+    recorded = usage.copy()  # once per row that called a model: no dataclasses.replace
+    recorded.model_sec = model_sec
+    return recorded
