@@ -83,6 +83,7 @@ async def _post_with_retries(
     retries = CallRetries(DEFAULT_POLICY if clients is None else clients.retry)
     rollout = _current.get()
     pending: ModelAPIError | None = None
+    cancelled = False
     try:
         while True:
             first = retries.tries == 1
@@ -98,8 +99,18 @@ async def _post_with_retries(
                 pending = _with_note(error, answer, url, f"{note} {retries.tries - 1} tries")
                 rollout.retrying = pending
             await asyncio.sleep(wait)
+    except asyncio.CancelledError:
+        # The rollout's deadline (or a stop) while it waited or tried again: ``retrying``
+        # stays, so the rollout ends with the error it was retrying, not as a timeout.
+        cancelled = True
+        raise
     finally:
-        if rollout is not None and pending is not None and rollout.retrying is pending:
+        if (
+            not cancelled
+            and rollout is not None
+            and pending is not None
+            and rollout.retrying is pending
+        ):
             rollout.retrying = None  # another call of the rollout may be retrying its own
 
 

@@ -86,6 +86,7 @@ class StubModel(ThreadingHTTPServer):
         self.peak_in_flight = 0
         self.open_connections = 0
         self._failures: list[tuple[int, float | None]] = []
+        self._at_once: list[bool] = []
         self._lock = threading.Condition()
 
     @property
@@ -100,17 +101,25 @@ class StubModel(ThreadingHTTPServer):
     def connections(self) -> int:
         return len({request.port for request in self.requests})
 
-    def fail_next(self, n: int, status: int, retry_after: float | None = None) -> None:
-        """Answer the next ``n`` calls with ``status`` (and ``Retry-After``, if given)."""
+    def fail_next(
+        self, n: int, status: int, retry_after: float | None = None, at_once: bool = False
+    ) -> None:
+        """Answer the next ``n`` calls with ``status`` (and ``Retry-After``, if given); with
+        ``at_once``, without holding them ``delay_sec`` (a 429 comes back at once, the
+        answer to the retry takes a model's time)."""
         with self._lock:
             self._failures.extend([(status, retry_after)] * n)
+            self._at_once.extend([at_once] * n)
 
-    def _arrive(self, request: StubRequest) -> tuple[int, float | None] | None:
+    def _arrive(self, request: StubRequest) -> tuple[tuple[int, float | None] | None, bool]:
+        """Count ``request`` in; the failure scripted for it (if any) and whether its answer
+        is held ``delay_sec``."""
         with self._lock:
             self.requests.append(request)
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
             failure = self._failures.pop(0) if self._failures else None
+            held = not (failure is not None and self._at_once.pop(0))
             if self.gather is not None:  # hold every call until `gather` are in flight
                 generation = self._released
                 if self.in_flight >= self.gather:
@@ -120,7 +129,7 @@ class StubModel(ThreadingHTTPServer):
                     self._lock.wait_for(
                         lambda: self._released > generation, self.gather_timeout_sec
                     )
-            return failure
+            return failure, held
 
     def _leave(self) -> None:
         with self._lock:
@@ -203,9 +212,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         auth = self.headers.get("Authorization")
         request = StubRequest(self.path, auth, body, self.client_address[1], time.monotonic())
-        failure = self.server._arrive(request)
+        failure, held = self.server._arrive(request)
         try:
-            if self.server.delay_sec:
+            if self.server.delay_sec and held:
                 time.sleep(self.server.delay_sec)
             status, content_type, data, headers = self._respond(body, auth, failure)
         finally:

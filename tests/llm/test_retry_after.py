@@ -79,3 +79,22 @@ def test_the_run_level_retry_waits_out_a_retry_after(
     assert "Retry-After 2s" in attempt["error_message"]
     first, second = stub_model.requests
     assert second.at - first.at >= 2.0, "called again before its Retry-After"
+
+
+def test_a_deadline_during_the_retry_of_a_rate_limit_ends_the_row_with_the_rate_limit(
+    stub_model: StubModel,
+) -> None:
+    """A row whose deadline passes while it retries a 429 fails with the 429 it was
+    retrying (``rate_limit``, which the run-level policy may retry), not as a plain
+    timeout, whether the deadline comes while it waits or during the retry itself."""
+    from osmo_run.sdk.types import ErrorCategory, RolloutStatus
+    from osmo_run.testing import run_workflow_sync
+    from tests.llm.llm_workflows import EndpointWorkflow
+
+    stub_model.delay_sec = 1.5  # the retry's answer would come after the deadline
+    stub_model.fail_next(1, 429, retry_after=0.05, at_once=True)
+    result = run_workflow_sync(EndpointWorkflow, "hi", llm=stub_model.endpoint, timeout_sec=1.0)
+    assert result.status is RolloutStatus.FAILURE
+    assert result.error_category is ErrorCategory.RATE_LIMIT, result.error_message
+    assert "HTTP 429" in (result.error_message or "")
+    assert len(stub_model.requests) == 2
