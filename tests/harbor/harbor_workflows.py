@@ -16,8 +16,8 @@ behaviours in one run:
     ``key`` reports ``len(get_rollout_context().llm.api_key)`` as the metric ``key_len``
     and, with ``metadata.chat``, answers what the spec's model endpoint replies;
     ``where`` reports the working directory and ``marker.txt`` in ``info``;
-    ``storm`` makes ``metadata.calls`` model calls at once (``asyncio.gather``) and
-    answers the first one's reply.
+    ``storm`` makes ``metadata.calls`` model calls at once (``asyncio.gather``; one after
+    the other with ``metadata.serial``) and answers the first one's reply.
 ``metadata.grader``
     ``match`` (default) gives 1.0 when the answer equals the label, else 0.0;
     ``raise_value`` raises ``ValueError``; ``raise_runtime`` raises ``RuntimeError``;
@@ -78,9 +78,12 @@ class ScriptedWorkflow(AgentWorkflow):
                 answer = str(response["choices"][0]["message"]["content"])
         elif action == "storm":
             calls = int(ctx.metadata.get("calls", 30))
-            replies = await asyncio.gather(
-                *(chat_completion(ctx.prompt, timeout_sec=60) for _ in range(calls))
-            )
+            if ctx.metadata.get("serial"):  # one after the other
+                replies = [await chat_completion(ctx.prompt, timeout_sec=60) for _ in range(calls)]
+            else:
+                replies = await asyncio.gather(
+                    *(chat_completion(ctx.prompt, timeout_sec=60) for _ in range(calls))
+                )
             answer = str(replies[0]["choices"][0]["message"]["content"])
             metrics["calls"] = float(len(replies))
         elif action == "where":

@@ -7,8 +7,10 @@ server with the budget's exit code. Through the real ``osmo-run serve`` and
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -18,7 +20,6 @@ from osmo_run.client import (
     RolloutResult,
     RolloutServerError,
     ServeClient,
-    run_batch_sync,
 )
 from osmo_run.errors import ExitCode
 from tests.conftest import OSMO_RUN, cli_env, read_jsonl
@@ -28,9 +29,9 @@ from tests.serve.harness import body
 from tests.serve.test_osmosis_client import _listening
 
 
-def _serve(tmp_path: Path, spec: Path, *flags: str) -> subprocess.Popen[str]:
+def _serve(tmp_path: Path, spec: Path, *flags: str, display: str = "none") -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [str(OSMO_RUN), "serve", "--spec", str(spec), "--port", "0", "--display", "none",
+        [str(OSMO_RUN), "serve", "--spec", str(spec), "--port", "0", "--display", display,
          "--output", str(tmp_path / "run" / "results.jsonl"), *flags],
         cwd=tmp_path, env=cli_env(**ENV), stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -55,22 +56,43 @@ def _rollouts(stub: SlotStub, count: int) -> list[Rollout]:
     ]
 
 
+_TRAINER = """
+import json, sys
+from osmo_run.client import Rollout, run_batch_sync
+url, model, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+prompt = [{"role": "user", "content": "hello"}]
+rollouts = [Rollout(f"r{i:03d}", prompt, model, label="Hi.") for i in range(count)]
+print(json.dumps([result.status for result in run_batch_sync(url, rollouts)]))
+"""
+
+
 def test_served_rollouts_share_an_adaptive_limit_per_endpoint(tmp_path: Path) -> None:
     stub = SlotStub(slots=10, delay_sec=0.05)
     with serve_slots(stub):
-        server = _serve(tmp_path, write_spec(tmp_path, 60))
+        server = _serve(tmp_path, write_spec(tmp_path, 60), display="plain")
         try:
             url = _listening(server)
-            results = run_batch_sync(url, _rollouts(stub, 300))
+            # The trainer in a process of its own: in this one it would take turns with the
+            # stub's thread on one interpreter lock, and a stub that answers its 429s late
+            # is one the limit's clocked start overshoots (the README's stated price).
+            trainer = subprocess.run(
+                [sys.executable, "-c", _TRAINER, url, stub.base_url, "300"],
+                capture_output=True, text=True, timeout=300, env=cli_env(**ENV),
+            )  # fmt: skip
         finally:
             code, err = _stop(server)
     assert code == ExitCode.INTERRUPTED, err
     assert "Traceback" not in err, err
-    assert [r.status for r in results] == ["success"] * 300
+    assert trainer.returncode == 0, trainer.stderr
+    assert json.loads(trainer.stdout) == ["success"] * 300
     assert stub.answered == 300
-    # 60 rollouts at once against 10 slots: without the layer every call backs off on its
-    # own (hundreds of 429s); with it, twice the 10 while the limit is found, then a few
-    assert stub.throttled <= 2 * 10 + 300 // 10, stub.throttled
+    # every call went through the layer: it counted each of the stub's 429s
+    finished = next(line for line in err.splitlines() if line.startswith("finished: "))
+    assert "· model slots " in finished and f"· 429s {stub.throttled}" in finished, finished
+    # 60 rollouts at once against 10 slots: twice the 10 while the limit is found, then a
+    # 429 as it probes again (35-63 here; a fixed 60 drew 143, the code without the layer
+    # 119). Under a quarter of the calls, however the machine is loaded.
+    assert stub.throttled <= 2 * 10 + 300 // 4, stub.throttled
 
 
 async def _each(url: str, rollouts: list[Rollout]) -> list[RolloutResult | BaseException]:
