@@ -13,9 +13,11 @@ they are. It lives on the run's event loop and stops with the run.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import ipaddress
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse, urlsplit, urlunparse
 
@@ -69,7 +71,7 @@ SHUTDOWN_GRACE_SEC = 1.0
 class ModelGateway:
     """Forwards HTTP requests from ``listen_host:<free port>`` to the endpoint at ``target``
     (``scheme://host:port``), each POST through ``layer`` (see the module docstring; without
-    a layer, as ``osmo-run serve`` has none, requests pass ungoverned).
+    a layer, requests pass ungoverned).
 
     It does not retry: the caller's client (the SDK in the trial or child) retries (a 429
     or 5xx goes back to it as it came), and each retry passes through the gateway again as
@@ -90,6 +92,7 @@ class ModelGateway:
         self._max_body_bytes = max_body_bytes
         self._runner: web.ServerRunner | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._calls: set[asyncio.Future[web.StreamResponse]] = set()
 
     async def start(self, listen_host: str) -> int:
         """Start listening; return the port. Raises ``OSError`` if ``listen_host`` is not ours."""
@@ -119,6 +122,10 @@ class ModelGateway:
         session, self._session = self._session, None
         if runner is not None:
             await runner.cleanup()
+        calls = list(self._calls)  # streams read on after their trials left
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
         if session is not None:
             await session.close()
 
@@ -146,14 +153,20 @@ class ModelGateway:
                     request.method, url, data=body or None, headers=headers, allow_redirects=False
                 ) as upstream:
                     return await _pass_back(request, upstream)
-            async with (
-                model_call(url) as slot,
-                session.post(
-                    url, data=io.BytesIO(body), headers=headers, allow_redirects=False
-                ) as upstream,  # a file: aiohttp warns of large bytes blocking the loop
-            ):
-                slot.done(answered(upstream.status, upstream.headers))
-                return await _pass_back(request, upstream, True, _model_of(body))
+            call = _Call()
+            exchange = asyncio.ensure_future(self._model_call(request, url, body, headers, call))
+            self._calls.add(exchange)
+            exchange.add_done_callback(_forget(self._calls))
+            try:
+                return await asyncio.shield(exchange)
+            except asyncio.CancelledError:
+                # The trial went away. A call still waiting for its answer ends here (its
+                # slot frees; the endpoint sees the connection close). One whose stream has
+                # begun is read to its end by itself, so that its usage is counted: else a
+                # trial could read the content and leave before the last event, uncounted.
+                if not call.streaming:
+                    exchange.cancel()
+                raise
         except BudgetExceededError as exc:
             status, refusal_headers, payload = refusal_answer(str(exc))
             return web.Response(status=status, headers=refusal_headers, body=payload)
@@ -162,6 +175,26 @@ class ModelGateway:
             # a 5xx, retried by the caller's client as the failed connection was
             message = f"the run's model gateway could not reach {self._origin}: {reason}"
             return web.json_response({"error": {"message": message}}, status=502)
+
+    async def _model_call(
+        self,
+        request: web.BaseRequest,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        call: _Call,
+    ) -> web.StreamResponse:
+        """One POST through the layer, its answer passed back (raises what ``_forward``
+        answers for)."""
+        assert self._session is not None
+        async with (
+            model_call(url) as slot,
+            self._session.post(
+                url, data=io.BytesIO(body), headers=headers, allow_redirects=False
+            ) as upstream,  # a file: aiohttp warns of large bytes blocking the loop
+        ):
+            slot.done(answered(upstream.status, upstream.headers))
+            return await _pass_back(request, upstream, True, _model_of(body), call)
 
     async def _read_body(self, request: web.BaseRequest) -> bytes | None:
         """The request's body, or ``None`` once it passes ``max_body_bytes`` (read no further:
@@ -179,15 +212,39 @@ class ModelGateway:
         return b"".join(parts)
 
 
+class _Call:
+    """What the gateway knows of a model call in flight: whether its answer streams back."""
+
+    __slots__ = ("streaming",)
+
+    def __init__(self) -> None:
+        self.streaming = False
+
+
+def _forget(calls: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done callback: drop the call from ``calls`` and take its exception (a call read to
+    its end after its trial left has nobody awaiting it)."""
+
+    def done(call: asyncio.Future[Any]) -> None:
+        calls.discard(call)
+        if not call.cancelled():
+            call.exception()
+
+    return done
+
+
 async def _pass_back(
     request: web.BaseRequest,
     upstream: aiohttp.ClientResponse,
     is_model_call: bool = False,
     model: str | None = None,
+    call: _Call | None = None,
 ) -> web.StreamResponse:
     """``upstream``'s answer, passed back unchanged (status, headers, body; a streamed one
     as it comes). A successful model call's answer (``is_model_call``) counts against the
-    run's budget, priced as ``model``'s (the one the call asked for)."""
+    run's budget, priced as ``model``'s (the one the call asked for); a stream is read to
+    its end and counted even where the caller left before it (``call.streaming`` says it
+    began)."""
     headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _NOT_RETURNED}
     counted = is_model_call and 200 <= upstream.status < 300
     if "event-stream" not in upstream.headers.get("content-type", ""):
@@ -197,11 +254,18 @@ async def _pass_back(
         return web.Response(status=upstream.status, headers=headers, body=payload)
     response = web.StreamResponse(status=upstream.status, headers=headers)
     await response.prepare(request)
+    if call is not None:
+        call.streaming = True
     tail = b""
+    caller_left = False
     try:
         async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
             tail = (tail + chunk)[-_STREAM_TAIL:]
+            if not caller_left:
+                try:
+                    await response.write(chunk)
+                except ConnectionError:
+                    caller_left = True  # read on: the usage comes last
     except (aiohttp.ClientError, OSError):
         # the endpoint dropped the stream: end the trial's too, unfinished (it sees the
         # stream cut, as it would have without the gateway), counting nothing
@@ -209,7 +273,8 @@ async def _pass_back(
         return response
     if counted:
         _count(_stream_usage(tail), model)
-    await response.write_eof()
+    if not caller_left:
+        await response.write_eof()
     return response
 
 

@@ -237,9 +237,9 @@ def _check_budget_is_counted(spec: RunSpec, harbor: bool) -> None:
     open): a request's endpoint may be anywhere, and rollouts in Harbor trials or child
     processes call endpoints not on this machine directly, past this process."""
     from osmo_run.errors import SpecError
+    from osmo_run.run.executing.session import run_budget
 
-    budget = spec.budget
-    if budget.tokens is None and budget.usd is None and budget.model_calls is None:
+    if not run_budget(spec).limited:
         return
     where = (
         "Harbor trials"

@@ -186,7 +186,8 @@ class RunBudget:
         if self._uncounted is not None or (self.tokens is None and self.usd is None):
             return
         limit = "budget.tokens" if self.tokens is not None else "budget.usd"
-        named = f" of model {model!r}" if model else ""
+        # a trial names the model it asks for: a name of megabytes stays out of the summary
+        named = f" of model {model[:80]!r}{'...' if len(model) > 80 else ''}" if model else ""
         self._uncounted = (
             f"{limit} cannot be kept: an answer{named} came without a usable "
             f"usage.{field}, so its tokens could not be counted (fix the endpoint's usage, "

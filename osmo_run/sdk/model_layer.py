@@ -14,13 +14,23 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from osmo_run.errors import BudgetExceededError
 from osmo_run.sdk.context import _current
 from osmo_run.sdk.model_budget import RunBudget
 from osmo_run.sdk.model_limits import ModelLimits, Outcome, Slot, outcome_of
 from osmo_run.sdk.turns import note_missing_ids
+
+
+class LayerDisplay(Protocol):
+    """What :meth:`ModelLayer.show_on` needs of a run's display."""
+
+    model_status: Callable[[], str | None] | None
+
+    def row_waiting_for_model(self, row_id: str, waiting: bool) -> None: ...
+
+    def message(self, text: str) -> None: ...
 
 
 class ModelLayer:
@@ -37,6 +47,18 @@ class ModelLayer:
         without it the line goes to stderr)."""
         self.noted_endpoints: set[str] = set()
         """The endpoints said to answer without token ids (:func:`note_no_token_ids`)."""
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether the run's budget is spent (``False`` where the run sets none)."""
+        return self.budget is not None and self.budget.spent
+
+    def show_on(self, display: LayerDisplay, mask: Callable[[str], str]) -> None:
+        """Show this layer's state on ``display``: its status line, the rollouts waiting
+        for a slot, and its notices once each, masked by ``mask`` (the run's secrets)."""
+        display.model_status = self.status
+        self.on_wait = display.row_waiting_for_model
+        self.on_notice = lambda line: display.message(mask(line))
 
     def status(self) -> str | None:
         """The live display's words for the model layer (``None`` before any call)."""

@@ -206,9 +206,7 @@ class ServeRun:
             self._stopping.set()
         if self.layer is not None:
             use_model_layer(self.layer)  # this task's context: the runner's tasks inherit it
-            self.display.model_status = self.layer.status
-            self.layer.on_wait = self.display.row_waiting_for_model
-            self.layer.on_notice = lambda line: self.display.message(self.writer.mask(line))
+            self.layer.show_on(self.display, self.writer.mask)
         config = uvicorn.Config(
             self.app,
             host=self.options.host,
@@ -237,8 +235,7 @@ class ServeRun:
             self.url = _bound_url(server, self.options.host)
             if ready is not None and not ready.done():
                 ready.set_result(self.url)
-            budget = None if self.layer is None else self.layer.budget
-            if budget is not None and budget.spent:  # --resume of a run that spent it
+            if self._budget_spent():  # --resume of a run that spent it
                 self._stop_admitting()
             running = asyncio.create_task(self.runner.run(self.rollouts))
             stopping = asyncio.create_task(self._stopping.wait())
@@ -261,13 +258,13 @@ class ServeRun:
             self.display.stop()
         if self._tripped():
             return ExitCode.SYSTEMIC_FAILURE
-        budget = None if self.layer is None else self.layer.budget
-        return (
-            ExitCode.BUDGET_SPENT if budget is not None and budget.spent else ExitCode.INTERRUPTED
-        )
+        return ExitCode.BUDGET_SPENT if self._budget_spent() else ExitCode.INTERRUPTED
 
     def _tripped(self) -> bool:
         return self.breaker is not None and self.breaker.tripped is not None
+
+    def _budget_spent(self) -> bool:
+        return self.layer is not None and self.layer.budget_spent
 
     def _stop_admitting(self) -> None:
         """The runner stopped on its own (the breaker, a spent budget) or cannot run a

@@ -163,6 +163,34 @@ def test_an_answer_without_usage_stops_a_token_budget() -> None:
     assert "came without a usable usage.prompt_tokens" in (budget.reached() or "")
 
 
+def test_a_model_name_of_half_a_megabyte_or_lone_surrogates_stays_out_of_the_budgets_line() -> None:
+    """The trial names the model its call asks for; the budget's line that names it (an
+    answer without usage) stays short and writable as UTF-8."""
+    budget = RunBudget(tokens=10_000)
+    layer = ModelLayer(ModelLimits(8), budget)
+    asked = json.dumps({**ASKED, "model": "\udc80" + "m" * 500_000})
+
+    async def main(base_url: str) -> int:
+        async with (
+            aiohttp.ClientSession() as session,
+            gateway_to(base_url, layer) as through,
+            session.post(
+                through + "/chat/completions",
+                data=io.BytesIO(asked.encode()),
+                headers={"Content-Type": "application/json"},
+            ) as answer,
+        ):
+            await answer.read()
+            return answer.status
+
+    with serve_slots(SlotStub(slots=SLOTS, delay_sec=0.0, usage=False)) as stub:
+        assert asyncio.run(asyncio.wait_for(main(stub.base_url), 60)) == 200
+    line = budget.reached() or ""
+    assert "cannot be kept" in line and len(line) < 400
+    json.dumps(budget.to_dict(), ensure_ascii=False).encode("utf-8")
+    line.encode("utf-8")
+
+
 def test_a_client_that_goes_away_mid_call_frees_its_slot() -> None:
     """A fixed limit of one: the first client leaves while its call is answered slowly; the
     second is answered as soon as the stub answers it, not after the first call's 5 s."""
@@ -334,6 +362,61 @@ def test_a_streamed_answer_comes_through_as_it_is_and_its_usage_is_counted() -> 
     status, content_type, received = asyncio.run(asyncio.wait_for(main(), 60))
     assert (status, content_type, received) == (200, "text/event-stream", body)
     assert budget.spent_tokens == 15 and budget.reached() is None
+
+
+@pytest.mark.parametrize("with_usage", [True, False], ids=["usage", "no-usage"])
+def test_a_trial_that_leaves_a_stream_before_its_usage_is_still_counted(with_usage: bool) -> None:
+    """A hostile (or cancelled) trial reads a streamed answer's content and closes its
+    connection before the last event, the one carrying ``usage``: the gateway reads the
+    stream to its end and counts it (without a usage, a token budget stops), so leaving
+    early spends nothing uncounted."""
+    content = [
+        {"choices": [{"delta": {"content": f"w{i} "}, "finish_reason": None}]} for i in range(5)
+    ]
+    last = [{"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 40}}]
+    events = content + (last if with_usage else [])
+    streamed = asyncio.Event()
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events[:2]:
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        streamed.set()
+        await asyncio.sleep(0.5)  # the trial leaves meanwhile
+        for event in events[2:]:
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    budget = RunBudget(tokens=1000)
+    layer = ModelLayer(ModelLimits(4), budget)
+
+    async def main() -> tuple[bytes, int]:
+        async with serving(chat) as base_url, gateway_to(base_url, layer) as through:
+            async with aiohttp.ClientSession() as session:
+                answer = await session.post(through + "/chat/completions", json=ASKED)
+                first = await answer.content.readany()
+                await streamed.wait()
+                answer.close()  # leaves before the usage event
+            for _ in range(100):  # the gateway reads the rest on its own
+                if budget.spent_tokens or budget.reached():
+                    break
+                await asyncio.sleep(0.05)
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(through + "/chat/completions", json=ASKED) as again,
+            ):
+                return first, again.status
+
+    first, again = asyncio.run(asyncio.wait_for(main(), 60))
+    assert first.startswith(b"data: ")
+    if with_usage:
+        assert budget.spent_tokens == 51 and budget.reached() is None
+    else:
+        assert again == 402, "a stream left before its usage was not counted at all"
+        assert "could not be counted" in (budget.reached() or "")
 
 
 @contextlib.asynccontextmanager

@@ -218,10 +218,8 @@ def _run_rows(
                     file=sys.stderr,
                 )
                 raise KeyboardInterrupt from None  # exit 130
-            display.model_status = layer.status
-            layer.on_wait = display.row_waiting_for_model
             with OutputWriter(plan.paths.results, plan.secrets, turns=True) as writer:
-                layer.on_notice = lambda line: display.message(writer.mask(line))
+                layer.show_on(display, writer.mask)
                 runner = Runner(
                     backend,
                     writer,
