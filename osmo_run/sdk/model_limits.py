@@ -210,8 +210,13 @@ class EndpointLimit:
         return grant  # granted in its round, not the one it resumed in
 
     def _grant(self) -> Grant:
-        if not self._slow_start:
+        if not self._slow_start or self._limit >= self.ceiling:
+            # at the ceiling the clock has nothing left to grow (slow start only grows the
+            # limit; a 429 ends it): an endpoint that never says 429 would otherwise keep
+            # every call it was granted
             return Grant(self._round, 0.0)
+        while self._unproven and self._unproven[0].state != IN_FLIGHT:
+            self._unproven.popleft()  # ended: without waiters no clock looks at them
         grant = Grant(self._round, asyncio.get_running_loop().time())
         self._unproven.append(grant)
         return grant
