@@ -53,3 +53,21 @@ def test_the_writer_masks_secrets_in_string_values_only_and_creates_the_file_lat
     text = (tmp_path / "results.turns.jsonl").read_text()
     assert "hunter22" not in text and '"prompt_token_ids":[22]' in text
     assert oct((tmp_path / "results.turns.jsonl").stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_writer_returns_the_turns_as_the_line_holds_them_and_says_where_it_is(
+    tmp_path: Path,
+) -> None:
+    """What ``write`` returns is what its line holds (a served answer sends it, and a
+    later read of the same answer reads the line back): a non-finite logprob as ``None``,
+    a secret masked; ``last_line`` is the line's offset and length."""
+    results = tmp_path / "results.jsonl"
+    with OutputWriter(results, ("hunter22",), turns=True) as writer:
+        assert writer.turns is not None
+        writer.turns.write("r0", [{"prompt_token_ids": [1]}])
+        turn = {"messages": [{"content": "pw hunter22"}], "logprobs": [-0.5, float("nan")]}
+        written = writer.turns.write("r1", [turn])
+        at, length = writer.turns.last_line or (0, 0)
+    assert written == [{"messages": [{"content": "pw ***"}], "logprobs": [-0.5, None]}]
+    line = (tmp_path / "results.turns.jsonl").read_bytes()[at : at + length]
+    assert json.loads(line) == {"rollout_id": "r1", "turns": written}

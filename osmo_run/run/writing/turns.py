@@ -36,11 +36,17 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 def turns_line(rollout_id: str, turns: list[dict[str, Any]]) -> str:
     """One line of the turns file (see the module docstring); raises ``ValueError`` or
     ``TypeError`` for a turn JSON cannot hold even with its non-finite numbers nulled."""
-    data = {"rollout_id": rollout_id, "turns": turns}
+    return _encoded(rollout_id, turns)[0]
+
+
+def _encoded(rollout_id: str, turns: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """:func:`turns_line` and the turns as that line holds them (``turns`` itself unless a
+    non-finite number had to be nulled)."""
     try:
-        return _ENCODER.encode(data)
+        return _ENCODER.encode({"rollout_id": rollout_id, "turns": turns}), turns
     except ValueError:  # -inf or NaN somewhere: nulled, the rest kept as it came
-        return _ENCODER.encode(_finite(data))
+        finite = _finite(turns)
+        return _ENCODER.encode({"rollout_id": rollout_id, "turns": finite}), finite
 
 
 def _finite(value: Any) -> Any:
@@ -142,14 +148,17 @@ class TurnsWriter:
         self._fd: int | None = None
         self._size = 0
         self.lines_written = 0
+        self.last_line: tuple[int, int] | None = None
+        """Where the line :meth:`write` wrote last begins in the file, and its length in
+        bytes (its newline included)."""
 
     def write(self, rollout_id: str, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Append ``rollout_id``'s turns as one line, secrets masked; return the turns as
-        written (``turns`` itself when no secret was in them, else a masked copy)."""
-        line = turns_line(rollout_id, turns)
+        written (``turns`` itself when no secret was in them and every number was finite,
+        else a copy masked, its non-finite numbers ``None``, as the line holds them)."""
+        line, turns = _encoded(rollout_id, turns)
         if self._occurs(line):
-            turns = self._mask_values(turns)
-            line = turns_line(rollout_id, turns)
+            line, turns = _encoded(rollout_id, self._mask_values(turns))
         if self._fd is None:
             try:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -158,7 +167,9 @@ class TurnsWriter:
                 raise OutputError(message) from None
             self._size = os.fstat(self._fd).st_size
         failed = f"{self.path}: writing a rollout's turns failed"
+        start = self._size
         self._size = append_line(self._fd, line, self._size, failed)
+        self.last_line = (start, self._size - start)
         self.lines_written += 1
         return turns
 
