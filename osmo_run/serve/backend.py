@@ -8,6 +8,8 @@ to every line and masks each request's model key, learnt at admission.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from osmo_run.backends.base import (
 from osmo_run.run.writing.masking import SecretMask
 from osmo_run.run.writing.output import OutputWriter
 from osmo_run.sdk.types import ErrorCategory, ExecutionRequest, ExecutionResult
-from osmo_run.serve.rollouts import ServedRollouts
+from osmo_run.serve.rollouts import KeptAt, ServedRollouts
 
 
 class ServedBackend(ExecutionBackend):
@@ -108,6 +110,30 @@ class ServedWriter(OutputWriter):
         super().__init__(path, secrets, turns=True)
         self._secrets = set(secrets)
         self.rollouts: ServedRollouts | None = None
+        self._last_line: tuple[int, int] | None = None
+
+    def write(self, line: str) -> None:
+        start = self._size
+        super().write(line)
+        self._last_line = (start, self._size - start)
+
+    def kept_at(self, with_turns: bool) -> KeptAt | None:
+        """Where the results line written last is and, ``with_turns``, the turns line
+        written last (:class:`~osmo_run.serve.rollouts.ResultLines`)."""
+        if self._last_line is None:
+            return None
+        turns = self.turns.last_line if with_turns and self.turns is not None else None
+        return KeptAt(*self._last_line, *(turns or (0, 0)))
+
+    def read_back(self, kept: KeptAt) -> tuple[Any, Any]:
+        """The record at ``kept`` and its turns (``None`` without a turns line): a result
+        read again (:class:`~osmo_run.serve.rollouts.ResultLines`)."""
+        record = json.loads(_read_line(self.path, kept.line_at, kept.line_len))
+        turns = None
+        if kept.turns_len and self.turns is not None:
+            turns = json.loads(_read_line(self.turns.path, kept.turns_at, kept.turns_len))
+            turns = turns["turns"]
+        return record, turns
 
     def add_secret(self, secret: str) -> None:
         """Mask ``secret`` (in every form) in everything written from now on."""
@@ -127,3 +153,12 @@ class ServedWriter(OutputWriter):
                 "request": self.rollouts.request_fields(rollout_id),
             }
         return super().record_line(record)
+
+
+def _read_line(path: Path, offset: int, length: int) -> bytes:
+    """The ``length`` bytes at ``offset`` of ``path``: one whole line, or ``ValueError``."""
+    with open(path, "rb") as handle:
+        data = os.pread(handle.fileno(), length, offset)
+    if len(data) != length or not data.endswith(b"\n"):
+        raise ValueError(f"{path.name} no longer holds the line at byte {offset}")
+    return data

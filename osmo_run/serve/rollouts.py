@@ -4,9 +4,15 @@ here awaits between reading and changing state, long-polls aside).
 
 A rollout is *queued* from admission until the runner takes it from :meth:`items`, then
 *running* (and *grading*, when its grader starts) until the runner records it; its wire
-answer is then kept for ``retention_sec``. The runner records every admitted rollout
-exactly once, a cancelled one included: a rollout cancelled while queued is handed to the
-runner ahead of the queue and ends at once as ``cancelled`` (:class:`StartGate`).
+answer can then be read for ``retention_sec``. A finished rollout keeps little in memory
+(issue 23: a server's memory stays flat over tens of thousands of rollouts): its answer
+is held until it is first read, then only where its results line is (:class:`KeptAt`),
+which a later read (a trainer reconnecting) reads back and answers with, byte for byte
+the first body.
+
+The runner records every admitted rollout exactly once, a cancelled one included: a
+rollout cancelled while queued is handed to the runner ahead of the queue and ends at
+once as ``cancelled`` (:class:`StartGate`).
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from osmo_run.errors import OutputError
 from osmo_run.run.controls.breaker import Breaker
@@ -72,9 +78,36 @@ class Refused(Exception):
         self.headers = headers or {}
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, slots=True)
+class KeptAt:
+    """Where a finished rollout's answer is on disk: its results line, and its turns line
+    (``llm.capture: tokens``, when it captured calls), as byte offsets and lengths (the
+    newline included); ``turns_len`` 0 for none."""
+
+    line_at: int
+    line_len: int
+    turns_at: int = 0
+    turns_len: int = 0
+
+
+class ResultLines(Protocol):
+    """The run's results file as the served rollouts see it
+    (:class:`~osmo_run.serve.backend.ServedWriter`)."""
+
+    def kept_at(self, with_turns: bool) -> KeptAt | None:
+        """Where the results line written last is (and, ``with_turns``, the turns line
+        written last); ``None`` when nothing was written."""
+
+    def read_back(self, kept: KeptAt) -> tuple[Any, Any]:
+        """The record the results line at ``kept`` holds (decoded), and its turns line's
+        ``turns`` (``None`` without one). Raises ``OSError`` or ``ValueError`` when the
+        lines cannot be read."""
+
+
+@dataclass(eq=False, slots=True)
 class Served:
-    """One admitted rollout."""
+    """One admitted rollout. Slots, and only what its state needs: every finished
+    rollout stays one of these for ``retention_sec``."""
 
     rollout_id: str
     lease: Lease
@@ -85,11 +118,21 @@ class Served:
     status: RolloutStatus = RolloutStatus.QUEUED
     in_queue: bool = True
     answer: dict[str, Any] | None = None
-    """The terminal wire body, once there is one."""
+    """The terminal wire body, once there is one, until it is first read when ``kept``
+    says where to read it again."""
+    kept: KeptAt | None = None
+    """Where the results file holds the answer (a rollout the runner recorded)."""
     finished_at: float | None = None
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    changed: asyncio.Event | None = None
+    """Set at the next status change; made when a long-poll waits, dropped when set."""
     request: dict[str, Any] | None = None
-    """What the results line keeps of the request (no prompt, no key)."""
+    """What the results line keeps of the request (no prompt, no key); dropped once the
+    line is written."""
+
+    @property
+    def ended(self) -> bool:
+        """Whether the rollout has its terminal answer (finished, cancelled, expired)."""
+        return self.answer is not None or self.kept is not None
 
 
 @dataclass
@@ -172,6 +215,8 @@ class ServedRollouts:
         self.drain = DrainRate()
         self.metrics = ServeMetrics()
         self.runner: Runner | None = None
+        self.lines: ResultLines | None = None
+        """Where recorded answers are read again from; without it they stay in memory."""
         self.running = 0
         self.admitted = 0
         self.refused_full = 0
@@ -278,7 +323,7 @@ class ServedRollouts:
     def _oldest_age(self, now: float) -> float:
         """Seconds since the oldest rollout still queued or running was admitted."""
         for entry in self._entries.values():  # insertion order: oldest first
-            if entry.answer is None:
+            if not entry.ended:
                 return now - entry.admitted_at
         return 0.0
 
@@ -370,7 +415,7 @@ class ServedRollouts:
     def started(self, rollout_id: str) -> None:
         """The backend started ``rollout_id``."""
         entry = self._entries.get(rollout_id)
-        if entry is not None and entry.answer is None:
+        if entry is not None and not entry.ended:
             self.running += 1
             self._set_status(entry, RolloutStatus.RUNNING)
 
@@ -380,7 +425,7 @@ class ServedRollouts:
 
     def grading(self, rollout_id: str) -> None:
         entry = self._entries.get(rollout_id)
-        if entry is not None and entry.answer is None:
+        if entry is not None and not entry.ended:
             self._set_status(entry, RolloutStatus.GRADING)
 
     def recorded(self, item: WorkItem, result: ExecutionResult, record: dict[str, Any]) -> None:
@@ -392,7 +437,7 @@ class ServedRollouts:
         entry = self._entries.get(item.rollout_id)
         if entry is None:
             return
-        if entry.answer is None:
+        if not entry.ended:
             if entry.lease.lapsed(now):
                 self.lease_expiries += 1
                 entry.answer = lease_expired_answer(entry.rollout_id)
@@ -400,19 +445,24 @@ class ServedRollouts:
                 entry.answer = wire_result(ExecutionResult.from_dict(record), entry.label)
                 if self.settings.capture_tokens:  # as the turns file holds them: masked
                     entry.answer["turns"] = result.turns or []
+                if self.lines is not None:  # the line just written is this rollout's
+                    entry.kept = self.lines.kept_at(bool(result.turns))
         entry.finished_at = now
         entry.item = None
+        entry.request = None  # its line is written
         self._set_status(entry, result.status)
 
     def _set_status(self, entry: Served, status: RolloutStatus) -> None:
         entry.status = status
-        entry.changed.set()
-        entry.changed = asyncio.Event()
+        if entry.changed is not None:  # wakes the long-polls waiting for a change
+            entry.changed.set()
+            entry.changed = None
 
-    def restore(self, record: dict[str, Any]) -> bool:
+    def restore(self, record: dict[str, Any], kept: KeptAt | None = None) -> bool:
         """Serve again a rollout a results file holds (``--resume``): its id stays taken and
-        its answer readable with its original lease token. ``False`` for a record without
-        a lease hash, or an id restored already (its first line is kept)."""
+        its answer readable with its original lease token, read back from ``kept`` (where
+        ``record``'s line is) when given, else held in memory. ``False`` for a record
+        without a lease hash, or an id restored already (its first line is kept)."""
         rollout_id = str(record.get("rollout_id"))
         digest = record.get("lease_sha256")
         if not isinstance(digest, str) or rollout_id in self._entries:
@@ -429,12 +479,14 @@ class ServedRollouts:
             now,
             status=result.status,
             in_queue=False,
-            answer=wire_result(result, label if isinstance(label, str) else None),
             finished_at=now,
-            request=request if isinstance(request, dict) else None,
         )
-        if self.settings.capture_tokens and entry.answer is not None:
-            entry.answer["turns"] = []  # until restore_turns finds its line
+        if kept is not None and self.lines is not None:
+            entry.kept = kept
+        else:
+            entry.answer = wire_result(result, entry.label)
+            if self.settings.capture_tokens:
+                entry.answer["turns"] = []  # until restore_turns finds its line
         self._entries[rollout_id] = entry
         self._names[safe_name(rollout_id)] = rollout_id
         return True
@@ -442,12 +494,20 @@ class ServedRollouts:
     def restored(self, rollout_id: str) -> bool:
         """Whether ``rollout_id`` was restored with its answer (``--resume``)."""
         entry = self._entries.get(rollout_id)
-        return entry is not None and entry.answer is not None
+        return entry is not None and entry.ended
 
-    def restore_turns(self, rollout_id: str, turns: list[dict[str, Any]]) -> None:
-        """Give a restored rollout's answer the ``turns`` its turns-file line holds."""
+    def restore_turns(
+        self, rollout_id: str, turns: list[dict[str, Any]], at: tuple[int, int] | None = None
+    ) -> None:
+        """Give a restored rollout's answer the ``turns`` its turns-file line holds; ``at``
+        is where that line is (offset, length), for an answer read back from the files."""
         entry = self._entries.get(rollout_id)
-        if entry is not None and entry.answer is not None and isinstance(turns, list):
+        if entry is None or not isinstance(turns, list):
+            return
+        if entry.kept is not None and at is not None:
+            line_at, line_len = entry.kept.line_at, entry.kept.line_len
+            entry.kept = KeptAt(line_at, line_len, *at)
+        elif entry.answer is not None:
             entry.answer["turns"] = turns
 
     def readmit(self, admitted: dict[str, Any]) -> bool:
@@ -506,21 +566,44 @@ class ServedRollouts:
         ``result_wait_sec``. Renews the lease of an unfinished rollout; a lapsed one ends
         it (``lease_expired``). Raises :class:`Refused` 404 (unknown) or 403 (wrong token)."""
         entry = self._authenticated(rollout_id, token)
-        if entry.answer is not None:
-            return entry.answer
+        if entry.ended:
+            return self._answer(entry)
         if not entry.lease.renew(self._clock()):
             self._expire(entry)
-            assert entry.answer is not None
-            return entry.answer
+            return self._answer(entry)
         changed = entry.changed
+        if changed is None:
+            changed = entry.changed = asyncio.Event()
         try:
             await asyncio.wait_for(changed.wait(), self.settings.result_wait_sec)
         except TimeoutError:
             pass
         entry = self._authenticated(rollout_id, token)
-        if entry.answer is not None:
-            return entry.answer
+        if entry.ended:
+            return self._answer(entry)
         return progress_answer(rollout_id, entry.status)
+
+    def _answer(self, entry: Served) -> dict[str, Any]:
+        """``entry``'s terminal answer: the one held in memory, dropped as it is given when
+        the results file holds it; else read back from there (the same body)."""
+        answer = entry.answer
+        if answer is not None:
+            if entry.kept is not None:
+                entry.answer = None
+            return answer
+        assert entry.kept is not None and self.lines is not None
+        try:
+            record, turns = self.lines.read_back(entry.kept)
+            if not isinstance(record, dict) or record.get("rollout_id") != entry.rollout_id:
+                raise ValueError("the line there is another rollout's")
+            answer = wire_result(ExecutionResult.from_dict(record), entry.label)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise Refused(
+                500, f"this rollout's result cannot be read again from the results file: {exc}"
+            ) from None
+        if self.settings.capture_tokens:
+            answer["turns"] = turns if isinstance(turns, list) else []
+        return answer
 
     def _authenticated(self, rollout_id: str, token: str) -> Served:
         entry = self._entries.get(rollout_id)
@@ -546,7 +629,7 @@ class ServedRollouts:
         dispositions: dict[str, str] = {}
         for rollout_id in selected:
             entry = self._entries.get(rollout_id)
-            if entry is None or entry.answer is not None:
+            if entry is None or entry.ended:
                 dispositions[rollout_id] = "not_found"
             elif entry.in_queue:
                 reply = cancelled_answer(rollout_id, CANCELLED_MESSAGE)
@@ -593,7 +676,7 @@ class ServedRollouts:
         now = self._clock()
         retention = self.settings.retention_sec
         for entry in list(self._entries.values()):
-            if entry.answer is None:
+            if not entry.ended:
                 if entry.lease.lapsed(now):
                     self._expire(entry)
             elif entry.finished_at is not None and now - entry.finished_at >= retention:

@@ -34,7 +34,7 @@ from osmo_run.run.executing.display import Display, PlainDisplay
 from osmo_run.run.executing.runner import Runner, WorkItem
 from osmo_run.run.writing.output import OutputWriter
 from osmo_run.run.writing.records import record_dict, record_line
-from osmo_run.run.writing.runfiles import RunPaths, iter_records, repair_torn_tail
+from osmo_run.run.writing.runfiles import RunPaths, iter_records_at, repair_torn_tail
 from osmo_run.run.writing.text import one_line
 from osmo_run.run.writing.turns import line_rollout_id
 from osmo_run.sdk.model_layer import ModelLayer, use_model_layer
@@ -42,7 +42,7 @@ from osmo_run.sdk.rollout import run_to_completion
 from osmo_run.sdk.types import ErrorCategory, ExecutionResult, LLMUsage, RolloutStatus
 from osmo_run.serve.app import create_app
 from osmo_run.serve.backend import ServedBackend, ServedWriter
-from osmo_run.serve.rollouts import ServedRollouts, ServeSettings
+from osmo_run.serve.rollouts import KeptAt, ServedRollouts, ServeSettings
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 SHUTDOWN_MESSAGE = "rollout server is shutting down"
@@ -126,6 +126,7 @@ class ServeRun:
         self.rollouts.breaker = breaker
         self.rollouts.on_admitted = display.admitted
         self.writer.rollouts = self.rollouts
+        self.rollouts.lines = self.writer
         self.backend = ServedBackend(backend, self.rollouts)
         self.display = display
         self.options = options
@@ -158,9 +159,12 @@ class ServeRun:
         """``--resume``: serve again the results ``results`` holds, and queue again the
         rollouts admitted before that never finished; ``(finished, queued again)``."""
         finished = 0
+        # the answers are read back from this run's files when they are these, not held
+        in_place = results.resolve() == self.writer.path.resolve()
         if results.is_file():
-            for record in iter_records(results):
-                if record.get("served") and self.rollouts.restore(record):
+            for line_at, line_len, record in iter_records_at(results):
+                where = KeptAt(line_at, line_len) if in_place else None
+                if record.get("served") and self.rollouts.restore(record, where):
                     finished += 1
                     for kept, spent in (
                         (self.kept_usage, record.get("usage")),
@@ -171,11 +175,15 @@ class ServeRun:
         turns = RunPaths(results).turns
         if finished and self.rollouts.settings.capture_tokens and turns.is_file():
             with open(turns, "rb") as handle:  # answered again with the turns they had
+                offset = 0
                 for raw in handle:
+                    at, offset = offset, offset + len(raw)
                     rollout_id = line_rollout_id(raw)
                     if rollout_id is not None and self.rollouts.restored(rollout_id):
                         with contextlib.suppress(ValueError, KeyError, TypeError):
-                            self.rollouts.restore_turns(rollout_id, json.loads(raw)["turns"])
+                            turns_of = json.loads(raw)["turns"]
+                            place = (at, len(raw)) if in_place else None
+                            self.rollouts.restore_turns(rollout_id, turns_of, place)
         again = 0
         admitted = RunPaths(results).admitted
         if admitted.is_file():

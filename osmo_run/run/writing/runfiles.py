@@ -136,10 +136,21 @@ def iter_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[dict[
     ends the file; any other line that is not a record is left out and, when ``bad`` is
     given, appended to it with its number. Raises :class:`InputError` if the file is
     missing."""
+    for _, _, record in iter_records_at(path, bad):
+        yield record
+
+
+def iter_records_at(
+    path: Path, bad: list[BadLine] | None = None
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """:func:`iter_records`, each record with where its line begins in the file and the
+    line's length in bytes (its newline included)."""
     if not path.is_file():
         raise InputError(f"{path}: results file not found")
+    offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            at, offset = offset, offset + len(raw)
             if not raw.endswith(b"\n"):
                 return  # torn tail: the row had not finished being written
             try:
@@ -150,7 +161,7 @@ def iter_records(path: Path, bad: list[BadLine] | None = None) -> Iterator[dict[
                 continue
             problem = record_problem(record) if is_record(record) else ""
             if problem is None:
-                yield record
+                yield at, len(raw), record
             elif bad is not None:
                 reason = "not a result record"
                 bad.append(BadLine(number, f"{reason}: {problem}" if problem else reason))
