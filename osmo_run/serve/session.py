@@ -312,7 +312,9 @@ class ServeRun:
             )
             record = self.writer.mask_record(record)
             record.pop("error_detail", None)
-            self.writer.write(record_line(record))
+            # the writer's line, as the runner's: `served` and `lease_sha256` let --resume
+            # answer it to its token instead of running it again
+            self.writer.write(self.writer.record_line(record))
             self.rollouts.recorded(item, cancelled, record)
 
     async def _wind_down(self, running: asyncio.Task[Any]) -> None:

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -178,3 +179,58 @@ def test_a_budget_the_server_could_not_hold_is_refused_in_one_line(tmp_path: Pat
     assert code == ExitCode.INVALID_INPUT, err
     assert "budget: osmo-run serve cannot count the model calls" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_rollouts_cancelled_unstarted_by_a_spent_budget_are_served_again_on_resume(
+    tmp_path: Path,
+) -> None:
+    """The rollouts a spent budget left unstarted are written as cancelled lines like every
+    served line (``served``, ``lease_sha256``): ``--resume`` answers them to their lease
+    tokens as they ended, never runs them again, and writes no second line for them."""
+    stub = SlotStub(slots=40, delay_sec=0.2)
+    with serve_slots(stub):
+        spec = write_spec(tmp_path, 1, budget={"model_calls": 2})
+        server = _serve(tmp_path, spec, "--max-queued", "20")
+        try:
+            url = _listening(server)
+            tokens = {}
+            for i in range(8):  # one runs at a time: the rest wait queued
+                answer = httpx.post(url + "/rollout", json=body(f"q{i}", url=stub.base_url))
+                assert answer.status_code == 202, answer.text
+                tokens[f"q{i}"] = answer.json()["polling_lease_token"]
+            results = tmp_path / "run" / "results.jsonl"
+            for _ in range(300):  # until every rollout has its line
+                if results.exists() and len(read_jsonl(results)) == len(tokens):
+                    break
+                time.sleep(0.2)
+        finally:
+            code, err = _stop(server)
+        assert code == ExitCode.BUDGET_SPENT, err
+        first = read_jsonl(tmp_path / "run" / "results.jsonl")
+        unstarted = [line for line in first if "not started" in (line["error_message"] or "")]
+        assert unstarted, first
+        assert all(line.get("served") and line.get("lease_sha256") for line in first), first
+
+        spec = write_spec(tmp_path, 1, budget={"model_calls": 20})
+        server = _serve(tmp_path, spec, "--resume")
+        try:
+            url = _listening(server)
+            again = {
+                rollout_id: httpx.get(
+                    f"{url}/rollout/{rollout_id}/result",
+                    headers={"X-Osmosis-Rollout-Lease": token},
+                    timeout=30,
+                )
+                for rollout_id, token in tokens.items()
+            }
+        finally:
+            code, err = _stop(server)
+    assert all(answer.status_code == 200 for answer in again.values()), {
+        k: (a.status_code, a.text) for k, a in again.items()
+    }
+    for line in unstarted:
+        answer = again[line["rollout_id"]].json()
+        assert answer["status"] == "cancelled", answer
+    lines = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert sorted(line["rollout_id"] for line in lines) == sorted(tokens), lines
+    assert stub.calls == 2, err
