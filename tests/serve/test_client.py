@@ -141,3 +141,103 @@ def test_a_server_that_never_answers_is_an_error_not_a_hang() -> None:
     assert isinstance(polled, RolloutServerError), polled
     assert "server unreachable" in polled.detail
     assert took < 30
+
+
+def _answers_by_route(metrics: str) -> dict[str, int]:
+    """``/metrics``' HTTP answers, summed per route."""
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        if line.startswith("osmo_run_serve_answers_total{"):
+            route = line.split('route="', 1)[1].split('"', 1)[0]
+            counts[route] = counts.get(route, 0) + int(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _mixed(prefix: str, count: int) -> list[Rollout]:
+    """Rollouts that succeed, fail in the workflow, or are graded 0 (label mismatch)."""
+    mixed = []
+    for k in range(count):
+        metadata: dict[str, object] = {"sleep": 0.05 * (k % 4)}
+        if k % 5 == 3:
+            metadata["raise"] = "ValueError"
+        label = "4" if k % 3 else "5"
+        messages = [{"role": "user", "content": "4"}]
+        mixed.append(Rollout(f"{prefix}-{k}", messages, URL, label=label, metadata=metadata))
+    return mixed
+
+
+def _comparable(result: RolloutResult) -> tuple[object, ...]:
+    return (result.status, result.reward, result.messages, result.error_category)
+
+
+def test_the_client_batches_and_its_results_equal_the_per_rollout_path(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[RolloutResult], list[RolloutResult], dict[str, int]]:
+        async with serving(tmp_path, concurrency=4, max_queued=6, result_wait_sec=2) as server:
+            async with ServeClient(server.url, batch=False) as single:
+                one_by_one = [r async for r in single.run_batch(_mixed("single", 30))]
+            before = _answers_by_route((await server.client.get("/metrics")).text)
+            async with ServeClient(server.url) as client:
+                batched = [r async for r in client.run_batch(_mixed("batch", 30))]
+                with pytest.raises(RolloutServerError) as refused:
+                    await client.submit(_mixed("batch", 1)[0])
+                with pytest.raises(RolloutServerError) as wrong:
+                    await client.result("batch-1", "not-its-token")
+            after = _answers_by_route((await server.client.get("/metrics")).text)
+        assert (refused.value.status, refused.value.detail) == (
+            409,
+            "rollout_id is already registered",
+        )
+        assert (wrong.value.status, wrong.value.detail) == (403, "invalid polling lease")
+        return one_by_one, batched, {k: after[k] - before.get(k, 0) for k in after}
+
+    one_by_one, batched, requests = asyncio.run(scenario())
+    single = {r.rollout_id.split("-")[1]: _comparable(r) for r in one_by_one}
+    batch = {r.rollout_id.split("-")[1]: _comparable(r) for r in batched}
+    assert batch == single and len(batch) == 30
+    assert {s[0] for s in batch.values()} == {"success", "failure"}
+    assert {s[1] for s in batch.values()} >= {0.0, 1.0}
+    # the batching client sent no per-rollout request
+    assert requests.get("submit", 0) == 0 and requests.get("result", 0) == 0
+    assert requests["submit_batch"] > 0 and requests["results_batch"] > 0
+
+
+def test_a_thousand_rollouts_in_flight_take_a_few_dozen_requests(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[RolloutResult], dict[str, int]]:
+        async with serving(tmp_path, concurrency=250, max_queued=1000) as server:
+            rollouts = [
+                Rollout(f"r{k}", [{"role": "user", "content": "4"}], URL, label="4",
+                        metadata={"sleep": 0.5})
+                for k in range(1000)
+            ]  # fmt: skip
+            async with ServeClient(server.url) as client:
+                results = [r async for r in client.run_batch(rollouts)]
+            return results, _answers_by_route((await server.client.get("/metrics")).text)
+
+    results, requests = asyncio.run(scenario())
+    assert len(results) == 1000 and all(r.ok and r.reward == 1.0 for r in results)
+    assert requests["submit_batch"] == 1  # one request admits all 1,000
+    # a read answers every rollout finished by the time it is served: at most a few dozen
+    # reads for 1,000 rollouts finishing in 4 waves (2,000 requests one by one)
+    assert requests["results_batch"] < 200, requests
+
+
+def test_the_client_falls_back_to_a_request_per_rollout_without_batch_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    from osmo_run.serve import session
+
+    monkeypatch.setattr(session, "create_app", functools.partial(session.create_app, batch=False))
+
+    async def scenario() -> tuple[list[RolloutResult], dict[str, int]]:
+        async with serving(tmp_path, concurrency=4, max_queued=2) as server:
+            assert "batch" not in (await server.client.get("/health")).json()
+            async with ServeClient(server.url) as client:
+                results = [r async for r in client.run_batch(_mixed("old", 8))]
+            return results, _answers_by_route((await server.client.get("/metrics")).text)
+
+    results, requests = asyncio.run(scenario())
+    assert sorted(r.rollout_id for r in results) == sorted(f"old-{k}" for k in range(8))
+    assert requests["submit"] >= 8 and requests["result"] >= 8
+    assert "submit_batch" not in requests and "results_batch" not in requests
