@@ -154,7 +154,7 @@ def osmosis_server(name: str, workflow: str, concurrency: int) -> Server:
 
 
 def _driver(client: str, *args: str) -> list[str]:
-    python = sys.executable if client == "osmo" else str(OSMOSIS_PY)
+    python = str(OSMOSIS_PY) if client == "osmosis" else sys.executable
     return [python, str(DRIVER), *args, "--client", client]
 
 

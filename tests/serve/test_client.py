@@ -241,3 +241,20 @@ def test_the_client_falls_back_to_a_request_per_rollout_without_batch_routes(
     assert sorted(r.rollout_id for r in results) == sorted(f"old-{k}" for k in range(8))
     assert requests["submit"] >= 8 and requests["result"] >= 8
     assert "submit_batch" not in requests and "results_batch" not in requests
+
+
+def test_a_batched_submission_gives_up_at_the_admission_timeout(tmp_path: Path) -> None:
+    async def scenario() -> tuple[BaseException | None, float]:
+        async with serving(tmp_path, concurrency=1, max_queued=1) as server:
+            await server.admitted("running", metadata={"sleep": 30})
+            await server.admitted("queued", metadata={"sleep": 30})
+            async with ServeClient(server.url, admission_timeout_sec=0.5) as client:
+                started = time.monotonic()
+                late = Rollout("late", [{"role": "user", "content": "4"}], URL)
+                refused = await asyncio.gather(client.submit(late), return_exceptions=True)
+                return refused[0], time.monotonic() - started
+
+    refused, took = asyncio.run(scenario())
+    assert isinstance(refused, RolloutServerError), refused
+    assert (refused.status, refused.detail) == (429, "admission timed out: the queue stayed full")
+    assert took < 5
