@@ -147,13 +147,15 @@ class _Watch:
     def abandoned(self) -> bool:
         return all(future.done() for future in self.futures)
 
-    def settle(self, result: RolloutResult | None, error: BaseException | None) -> None:
+    def resolve(self, result: RolloutResult) -> None:
         for future in self.futures:
             if not future.done():
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)  # type: ignore[arg-type]
+                future.set_result(result)
+
+    def fail(self, error: RolloutServerError) -> None:
+        for future in self.futures:  # an exception of its own each: raised in each caller
+            if not future.done():
+                future.set_exception(RolloutServerError(error.status, error.detail))
 
 
 def _retry_after(value: str | None, default: float = 1.0) -> float:
@@ -359,9 +361,9 @@ class ServeClient:
             if status != 200 or not isinstance(answers, list) or len(answers) != len(batch):
                 error = RolloutServerError(status, _detail(data))
         if error is not None:
-            for submission in batch:
+            for submission in batch:  # an exception of its own each: raised in each caller
                 if not submission.future.done():
-                    submission.future.set_exception(error)
+                    submission.future.set_exception(RolloutServerError(error.status, error.detail))
             return
         assert isinstance(answers, list)
         self._learn_result_wait(data.get("result_wait_timeout_sec"))
@@ -375,8 +377,9 @@ class ServeClient:
         if future.done():
             return  # its caller gave up; an admitted rollout's lease lapses unread
         status = answer.get("status")
-        if status == 202:
-            future.set_result(str(answer.get("polling_lease_token")))
+        token = answer.get("polling_lease_token")
+        if status == 202 and isinstance(token, str):
+            future.set_result(token)
             return
         if status != 429:
             code = status if isinstance(status, int) else 0
@@ -498,7 +501,7 @@ class ServeClient:
             if isinstance(answer, dict) and answer.get("status") in TERMINAL:
                 watch = self._watches.pop(str(answer.get("rollout_id")), None)
                 if watch is not None:
-                    watch.settle(RolloutResult.from_answer(answer), None)
+                    watch.resolve(RolloutResult.from_answer(answer))
         for refusal in data.get("refused") or []:
             if isinstance(refusal, dict):
                 watch = self._watches.pop(str(refusal.get("rollout_id")), None)
@@ -507,13 +510,13 @@ class ServeClient:
                     error = RolloutServerError(
                         code if isinstance(code, int) else 0, _detail(refusal)
                     )
-                    watch.settle(None, error)
+                    watch.fail(error)
 
     def _settle(self, leases: dict[str, str], error: RolloutServerError) -> None:
         for rollout_id in leases:
             watch = self._watches.pop(rollout_id, None)
             if watch is not None:
-                watch.settle(None, error)
+                watch.fail(error)
 
     async def _result_one(self, rollout_id: str, token: str) -> RolloutResult:
         """:meth:`result` through ``GET /rollout/{id}/result``."""
