@@ -129,9 +129,10 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _decode(body: bytes) -> object:
-    """``body`` as JSON; :class:`BadBody` for anything else, nesting deeper than
-    :data:`MAX_JSON_DEPTH` included."""
+def _decode(body: bytes, limit: int = MAX_JSON_DEPTH, too_deep: str | None = None) -> object:
+    """``body`` as JSON; :class:`BadBody` for anything else, nesting deeper than ``limit``
+    (:data:`MAX_JSON_DEPTH`) included (``too_deep`` is that refusal's line)."""
+    too_deep = too_deep or f"body: JSON nested deeper than {limit} levels"
     try:
         data = json.loads(body)
     except UnicodeDecodeError:
@@ -140,9 +141,9 @@ def _decode(body: bytes) -> object:
         where = f"line {exc.lineno} column {exc.colno}"
         raise BadBody(f"body: not valid JSON ({exc.msg} at {where})") from None
     except RecursionError:
-        raise BadBody(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    if _depth_over(data, MAX_JSON_DEPTH):
-        raise BadBody(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        raise BadBody(too_deep) from None
+    if _depth_over(data, limit):
+        raise BadBody(too_deep)
     return data
 
 
@@ -214,7 +215,8 @@ def parse_rollout_batch(body: bytes) -> list[BatchItem]:
     validated exactly as :func:`parse_rollout_request` validates a body, a bad one as its
     :class:`BadBody` in its place (the others stand). :class:`BadBody` for a body of
     another shape; :class:`BatchTooLarge` beyond :data:`MAX_BATCH_ITEMS` items."""
-    data = _decode(body)
+    too_deep = f"rollouts: an item nests JSON deeper than {MAX_JSON_DEPTH} levels"
+    data = _decode(body, MAX_JSON_DEPTH + 2, too_deep)  # an item nests as a single body may
     if not isinstance(data, dict):
         raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
     items = data.get("rollouts")

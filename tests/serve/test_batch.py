@@ -98,6 +98,33 @@ def test_a_batch_is_admitted_item_by_item_as_single_submissions_are(tmp_path: Pa
     asyncio.run(scenario())
 
 
+def test_an_item_nested_as_deep_as_a_single_body_may_be_is_admitted(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serving(tmp_path, max_queued=8) as server:
+            nested: Any = 1
+            for _ in range(63):  # the body, its metadata and 63 levels: at the limit
+                nested = {"n": nested}
+            single = await server.client.post("/rollout", json=body("one", metadata=nested))
+            answers = await _submit(server, [body("two", metadata=nested)])
+            deeper = {"n": nested}
+            one_deeper = await server.client.post("/rollout", json=body("x", metadata=deeper))
+            batch_deeper = await server.client.post(
+                "/rollouts", json={"rollouts": [body("y", metadata=deeper)]}
+            )
+        assert single.status_code == 202, single.text
+        assert answers[0]["status"] == 202, answers
+        assert (one_deeper.status_code, one_deeper.json()["detail"]) == (
+            422,
+            "body: JSON nested deeper than 64 levels",
+        )
+        assert (batch_deeper.status_code, batch_deeper.json()["detail"]) == (
+            422,
+            "rollouts: an item nests JSON deeper than 64 levels",
+        )
+
+    asyncio.run(scenario())
+
+
 def test_the_items_beyond_the_queue_are_429d_with_a_retry_after(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with serving(tmp_path, concurrency=1, max_queued=2) as server:
