@@ -355,6 +355,14 @@ class ServeClient:
             status, _, data = await self._answer("POST", "/rollouts", body)
         except RolloutServerError as exc:
             error: RolloutServerError | None = exc
+        except Exception as exc:  # a body JSON cannot encode (a set in metadata...)
+            if len(batch) == 1:
+                if not batch[0].future.done():
+                    batch[0].future.set_exception(exc)
+                return
+            for submission in batch:  # alone, each: only its own caller gets the error
+                await self._submit_batch([submission])
+            return
         else:
             answers = data.get("answers") if isinstance(data, dict) else None
             error = None
@@ -457,6 +465,13 @@ class ServeClient:
                     read = asyncio.ensure_future(self._read_batch(leases))
                     reads.add(read)
                     read.add_done_callback(reads.discard)
+        except Exception as exc:  # a bug here must not leave callers waiting forever
+            error = RolloutServerError(0, f"reading results failed: {type(exc).__name__}: {exc}")
+            for watch in self._watches.values():
+                watch.fail(error)
+            self._watches.clear()
+            self._unpolled.clear()
+            raise
         finally:
             for read in list(reads):
                 read.cancel()
@@ -473,10 +488,19 @@ class ServeClient:
             )
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             status, data = 0, {"detail": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # what a per-rollout read would raise to its caller
+            detail = f"reading results failed: {type(exc).__name__}: {exc}"
+            self._settle(leases, RolloutServerError(0, detail))
+            self._poll_due.set()
+            return
         try:
             if status == 200 and isinstance(data, dict):
                 self._lost_since = None
-                self._settle_read(data)
+                try:
+                    self._settle_read(data)
+                except Exception as exc:  # an answer of another shape
+                    detail = f"unreadable answer: {type(exc).__name__}: {exc}"
+                    self._settle(leases, RolloutServerError(200, detail))
             elif status in (0, 502, 503, 504):
                 now = time.monotonic()
                 self._lost_since = now if self._lost_since is None else self._lost_since

@@ -258,3 +258,21 @@ def test_a_batched_submission_gives_up_at_the_admission_timeout(tmp_path: Path) 
     assert isinstance(refused, RolloutServerError), refused
     assert (refused.status, refused.detail) == (429, "admission timed out: the queue stayed full")
     assert took < 5
+
+
+def test_a_rollout_json_cannot_encode_fails_alone_in_its_batch(tmp_path: Path) -> None:
+    async def scenario() -> list[RolloutResult | BaseException]:
+        async with serving(tmp_path, concurrency=4, max_queued=8) as server:
+            rollouts = [
+                Rollout(f"e{k}", [{"role": "user", "content": "4"}], URL, label="4",
+                        metadata={"tags": {"a", "set"}} if k == 1 else None)
+                for k in range(4)
+            ]  # fmt: skip
+            async with ServeClient(server.url) as client:
+                return await asyncio.gather(
+                    *(client.run(rollout) for rollout in rollouts), return_exceptions=True
+                )
+
+    outcomes = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert isinstance(outcomes[1], TypeError), outcomes[1]
+    assert all(isinstance(o, RolloutResult) and o.ok for k, o in enumerate(outcomes) if k != 1)
