@@ -276,3 +276,60 @@ def test_a_rollout_json_cannot_encode_fails_alone_in_its_batch(tmp_path: Path) -
     outcomes = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert isinstance(outcomes[1], TypeError), outcomes[1]
     assert all(isinstance(o, RolloutResult) and o.ok for k, o in enumerate(outcomes) if k != 1)
+
+
+def test_a_batch_server_that_stops_answering_reads_is_an_error_not_a_hang() -> None:
+    """A server that admits a batch and then never answers a read (a stopped process): each
+    read gives up after ``read_timeout_sec`` beyond the announced long-poll, and the
+    rollouts fail after ``reconnect_sec`` of asking again."""
+    from aiohttp import web
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"batch": {"max_items": 16}})
+
+    async def submit(request: web.Request) -> web.Response:
+        items = (await request.json())["rollouts"]
+        answers = [
+            {"rollout_id": item["rollout_id"], "status": 202, "polling_lease_token": "t"}
+            for item in items
+        ]
+        return web.json_response({"answers": answers, "result_wait_timeout_sec": 0.2})
+
+    async def never(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def scenario() -> tuple[list[BaseException | RolloutResult], float]:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/health", health),
+                web.post("/rollouts", submit),
+                web.post("/rollouts/results", never),
+            ]
+        )
+        runner = web.AppRunner(app, shutdown_timeout=0.1)  # the handler never returns
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        started = time.monotonic()
+        try:
+            async with ServeClient(
+                f"http://127.0.0.1:{port}", read_timeout_sec=0.3, reconnect_sec=1.0
+            ) as client:
+                rollouts = [
+                    Rollout(f"s{k}", [{"role": "user", "content": "4"}], URL) for k in range(3)
+                ]
+                outcomes = await asyncio.gather(
+                    *(client.run(r) for r in rollouts), return_exceptions=True
+                )
+        finally:
+            await runner.cleanup()
+        return outcomes, time.monotonic() - started
+
+    outcomes, took = asyncio.run(asyncio.wait_for(scenario(), 60))
+    for outcome in outcomes:
+        assert isinstance(outcome, RolloutServerError), outcome
+        assert outcome.status == 0 and "server unreachable" in outcome.detail
+    assert took < 20
