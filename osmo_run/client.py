@@ -497,7 +497,7 @@ class ServeClient:
             if status == 200 and isinstance(data, dict):
                 self._lost_since = None
                 try:
-                    self._settle_read(data)
+                    self._settle_read(data, leases)
                 except Exception as exc:  # an answer of another shape
                     detail = f"unreadable answer: {type(exc).__name__}: {exc}"
                     self._settle(leases, RolloutServerError(200, detail))
@@ -520,15 +520,25 @@ class ServeClient:
                     self._unpolled.setdefault(rollout_id, watch)
             self._poll_due.set()
 
-    def _settle_read(self, data: dict[str, Any]) -> None:
+    def _settle_read(self, data: dict[str, Any], leases: dict[str, str]) -> None:
+        """Settle the callers of the read's finished and refused rollouts (only of those the
+        read asked for: an answer naming another id is not taken for its result)."""
+
+        def asked(item: Any) -> _Watch | None:
+            rollout_id = str(item.get("rollout_id"))
+            watch = self._watches.get(rollout_id)
+            if rollout_id not in leases or watch is None or watch.token != leases[rollout_id]:
+                return None
+            return self._watches.pop(rollout_id)
+
         for answer in data.get("finished") or []:
             if isinstance(answer, dict) and answer.get("status") in TERMINAL:
-                watch = self._watches.pop(str(answer.get("rollout_id")), None)
+                watch = asked(answer)
                 if watch is not None:
                     watch.resolve(RolloutResult.from_answer(answer))
         for refusal in data.get("refused") or []:
             if isinstance(refusal, dict):
-                watch = self._watches.pop(str(refusal.get("rollout_id")), None)
+                watch = asked(refusal)
                 if watch is not None:
                     code = refusal.get("status")
                     error = RolloutServerError(

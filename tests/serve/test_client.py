@@ -9,8 +9,9 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -278,10 +279,10 @@ def test_a_rollout_json_cannot_encode_fails_alone_in_its_batch(tmp_path: Path) -
     assert all(isinstance(o, RolloutResult) and o.ok for k, o in enumerate(outcomes) if k != 1)
 
 
-def test_a_batch_server_that_stops_answering_reads_is_an_error_not_a_hang() -> None:
-    """A server that admits a batch and then never answers a read (a stopped process): each
-    read gives up after ``read_timeout_sec`` beyond the announced long-poll, and the
-    rollouts fail after ``reconnect_sec`` of asking again."""
+@contextlib.asynccontextmanager
+async def _stub_batch_server(read: Any) -> AsyncIterator[str]:
+    """A server advertising batch routes that admits every item (token ``t-<id>``) and
+    answers ``POST /rollouts/results`` with ``read(request)``: its URL."""
     from aiohttp import web
 
     async def health(request: web.Request) -> web.Response:
@@ -290,46 +291,95 @@ def test_a_batch_server_that_stops_answering_reads_is_an_error_not_a_hang() -> N
     async def submit(request: web.Request) -> web.Response:
         items = (await request.json())["rollouts"]
         answers = [
-            {"rollout_id": item["rollout_id"], "status": 202, "polling_lease_token": "t"}
-            for item in items
+            {
+                "rollout_id": i["rollout_id"],
+                "status": 202,
+                "polling_lease_token": f"t-{i['rollout_id']}",
+            }
+            for i in items
         ]
         return web.json_response({"answers": answers, "result_wait_timeout_sec": 0.2})
+
+    app = web.Application()
+    app.add_routes(
+        [
+            web.get("/health", health),
+            web.post("/rollouts", submit),
+            web.post("/rollouts/results", read),
+        ]
+    )
+    runner = web.AppRunner(app, shutdown_timeout=0.1)  # a read handler may never return
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
+def _answer(rollout_id: str, reward: float) -> dict[str, Any]:
+    sample = {"messages": [], "label": None, "reward": reward, "remove_sample": False,
+              "metrics": {}, "extra_fields": {}}  # fmt: skip
+    return {"rollout_id": rollout_id, "status": "success", "sample": sample,
+            "err_message": None, "err_category": None}  # fmt: skip
+
+
+def test_a_batch_server_that_stops_answering_reads_is_an_error_not_a_hang() -> None:
+    """A server that admits a batch and then never answers a read (a stopped process): each
+    read gives up after ``read_timeout_sec`` beyond the announced long-poll, and the
+    rollouts fail after ``reconnect_sec`` of asking again."""
+    from aiohttp import web
 
     async def never(request: web.Request) -> web.Response:
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
     async def scenario() -> tuple[list[BaseException | RolloutResult], float]:
-        app = web.Application()
-        app.add_routes(
-            [
-                web.get("/health", health),
-                web.post("/rollouts", submit),
-                web.post("/rollouts/results", never),
-            ]
-        )
-        runner = web.AppRunner(app, shutdown_timeout=0.1)  # the handler never returns
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        started = time.monotonic()
-        try:
-            async with ServeClient(
-                f"http://127.0.0.1:{port}", read_timeout_sec=0.3, reconnect_sec=1.0
-            ) as client:
+        async with _stub_batch_server(never) as url:
+            started = time.monotonic()
+            async with ServeClient(url, read_timeout_sec=0.3, reconnect_sec=1.0) as client:
                 rollouts = [
                     Rollout(f"s{k}", [{"role": "user", "content": "4"}], URL) for k in range(3)
                 ]
                 outcomes = await asyncio.gather(
                     *(client.run(r) for r in rollouts), return_exceptions=True
                 )
-        finally:
-            await runner.cleanup()
-        return outcomes, time.monotonic() - started
+            return outcomes, time.monotonic() - started
 
     outcomes, took = asyncio.run(asyncio.wait_for(scenario(), 60))
     for outcome in outcomes:
         assert isinstance(outcome, RolloutServerError), outcome
         assert outcome.status == 0 and "server unreachable" in outcome.detail
     assert took < 20
+
+
+def test_a_read_answering_for_a_rollout_it_was_not_asked_for_is_not_taken() -> None:
+    """Only the leases a read carried are settled by its answer: a result under the id of
+    a rollout another read is waiting on never becomes that rollout's result."""
+    from aiohttp import web
+
+    second_read = asyncio.Event()
+
+    async def read(request: web.Request) -> web.Response:
+        leases: dict[str, str] = (await request.json())["leases"]
+        if leases == {"first": "t-first"} and not second_read.is_set():
+            await second_read.wait()  # answers, wrongly, for the rollout the other read asks
+            bogus = [_answer("second", 0.5)]
+            return web.json_response({"finished": bogus, "pending": ["first"], "refused": []})
+        if "second" in leases and not second_read.is_set():
+            second_read.set()
+            await asyncio.sleep(0.3)  # the bogus answer arrives first
+        finished = [_answer(rollout_id, 1.0) for rollout_id in leases]
+        return web.json_response({"finished": finished, "pending": [], "refused": []})
+
+    async def scenario() -> list[RolloutResult]:
+        async with _stub_batch_server(read) as url, ServeClient(url) as client:
+            first = asyncio.ensure_future(client.result("first", "t-first"))
+            await asyncio.sleep(0.1)  # the first read is in flight
+            second = await client.result("second", "t-second")
+            return [await first, second]
+
+    first, second = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert (first.rollout_id, first.reward) == ("first", 1.0)
+    assert (second.rollout_id, second.reward) == ("second", 1.0)
