@@ -154,7 +154,7 @@ def osmosis_server(name: str, workflow: str, concurrency: int) -> Server:
 
 
 def _driver(client: str, *args: str) -> list[str]:
-    python = sys.executable if client == "osmo" else str(OSMOSIS_PY)
+    python = str(OSMOSIS_PY) if client == "osmosis" else sys.executable
     return [python, str(DRIVER), *args, "--client", client]
 
 
@@ -248,7 +248,11 @@ def w_serve(opts: Options) -> None:
 
             step(f"{tag}: osmo-run local")
             keep("local", local)
-            for key, client in (("serve-osmo", "osmo"), ("serve-osmosis", "osmosis")):
+            for key, client in (
+                ("serve-osmo", "osmo"),
+                ("serve-osmo-single", "osmo-single"),
+                ("serve-osmosis", "osmosis"),
+            ):
                 if client == "osmosis" and i > 0:
                     continue  # once: its client's CPU per rollout makes a run minutes long
                 step(f"{tag}: osmo-run serve, {client} client")
@@ -290,6 +294,8 @@ def _report_throughput(
     labels = {
         "local": "`osmo-run local`, the same rows",
         "serve-osmo": "`osmo-run serve`, osmo_run.client driver",
+        "serve-osmo-single": "`osmo-run serve`, osmo_run.client one request per rollout "
+        "(`batch=False`: no batch routes, as before them)",
         "serve-osmosis": "`osmo-run serve`, osmosis-ai `RolloutClient` driver",
         "osmosis-osmosis": "osmosis-ai's own server (uvicorn, `LocalBackend`), `RolloutClient`",
     }

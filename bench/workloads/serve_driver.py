@@ -9,7 +9,9 @@ client and prints one JSON object of what it saw.
 as soon as the last one's result is in) until N are done; with ``--server-pid`` it reads
 the server's VmRSS from /proc after K and after N results. ``latency`` submits one rollout
 at a time and times each from the submission to its result (the first ``--warmup`` left
-out). ``--client osmo`` is ``osmo_run.client.ServeClient`` (run with osmo-run's Python);
+out). ``--client osmo`` is ``osmo_run.client.ServeClient`` (run with osmo-run's Python;
+its batch routes where the server has them), ``--client osmo-single`` the same with
+``batch=False`` (one request per submission and per result read, as before them);
 ``--client osmosis`` is osmosis-ai 0.3.8's ``RolloutClient`` (run in bench/.venvs/osmosis).
 Every rollout carries the label "4" (the stub model's answer), so a graded success has
 reward 1.
@@ -54,16 +56,23 @@ def _messages(index: int) -> list[dict[str, str]]:
     return [{"role": "user", "content": f"What is 2 + 2? ({index})"}]
 
 
-async def _with_osmo(url: str, model_url: str, open_max: int, work: Any) -> Any:
+async def _with_osmo(url: str, model_url: str, open_max: int, work: Any, batch: bool = True) -> Any:
     from osmo_run.client import Rollout, ServeClient
 
-    async with ServeClient(url, max_open=open_max) as client:
+    async with ServeClient(url, max_open=open_max, batch=batch) as client:
 
         async def one(index: int) -> Outcome:
             result = await client.run(Rollout(f"b-{index}", _messages(index), model_url, label="4"))
             return result.status, result.reward
 
         return await work(one)
+
+
+async def _with_osmo_single(url: str, model_url: str, open_max: int, work: Any) -> Any:
+    return await _with_osmo(url, model_url, open_max, work, batch=False)
+
+
+CLIENTS = {"osmo": _with_osmo, "osmo-single": _with_osmo_single}
 
 
 async def _with_osmosis(url: str, model_url: str, open_max: int, work: Any) -> Any:
@@ -114,7 +123,7 @@ async def throughput(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
         return time.perf_counter() - started
 
-    client = _with_osmo if args.client == "osmo" else _with_osmosis
+    client = CLIENTS.get(args.client, _with_osmosis)
     wall = await client(args.url, args.model_url, 2 * args.concurrency + 16, work)
     if args.server_pid:
         rss["after_n"] = memory_kb(args.server_pid)
@@ -140,7 +149,7 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                 seconds.append(elapsed)
         return seconds
 
-    client = _with_osmo if args.client == "osmo" else _with_osmosis
+    client = CLIENTS.get(args.client, _with_osmosis)
     seconds = await client(args.url, args.model_url, 16, work)
     return {"seconds": seconds, "statuses": dict(statuses)}
 
@@ -149,7 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("throughput", "latency"))
     parser.add_argument("url")
-    parser.add_argument("--client", choices=("osmo", "osmosis"), required=True)
+    parser.add_argument("--client", choices=("osmo", "osmo-single", "osmosis"), required=True)
     parser.add_argument("--rollouts", type=int, required=True)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--model-url", default="http://127.0.0.1:9/v1")

@@ -3,7 +3,10 @@
 
 ``POST /rollout`` (202 with a lease token; 429 + ``Retry-After``; 409; 413; 422; 503),
 ``GET /rollout/{id}/result`` (long-poll under ``X-Osmosis-Rollout-Lease``; 403/404),
-``POST /rollout/cancel``, ``GET /health`` and ``GET /metrics`` (Prometheus text). With a
+``POST /rollout/cancel``, ``GET /health`` and ``GET /metrics`` (Prometheus text); and
+osmo-run's own batch routes, which osmosis clients never need: ``POST /rollouts`` (many
+admissions in one request, answered per item) and ``POST /rollouts/results`` (many
+long-polls in one), advertised in ``GET /health`` as ``"batch": {"max_items": N}``. With a
 server key every route needs ``Authorization: Bearer <key>`` (compared in constant time),
 else 401. Every error body is ``{"detail": "<one line>"}``; no error ever quotes a request's
 model key.
@@ -23,9 +26,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from osmo_run.serve.protocol import (
+    MAX_BATCH_ITEMS,
     POLLING_LEASE_HEADER,
     BadBody,
+    BatchTooLarge,
     parse_cancel_request,
+    parse_lease_batch,
+    parse_rollout_batch,
     parse_rollout_request,
 )
 from osmo_run.serve.rollouts import Refused, ServedRollouts
@@ -122,10 +129,12 @@ def create_app(
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     on_request: Callable[[str, int], None] | None = None,
+    batch: bool = True,
 ) -> ASGIApp:
     """The app serving ``rollouts``. ``backend_health`` gives the backend's fields of
     ``GET /health``; ``api_key`` (if any) is the server key; ``on_request(route, status)``
-    counts answers (metrics)."""
+    counts answers (metrics). ``batch=False`` leaves the batch routes out (a server as
+    osmosis's own: clients fall back to one request per rollout)."""
 
     def answered(route: str, response: Response) -> Response:
         rollouts.metrics.answered(route, response.status_code)
@@ -168,15 +177,54 @@ def create_app(
         dispositions = rollouts.cancel(parsed.ids, parsed.prefix, parsed.all)
         return answered("cancel", WireJSON({"dispositions": dispositions}))
 
+    async def submit_batch(request: Request) -> Response:
+        try:
+            body = await _read_body(request, max_body_bytes)
+            items = parse_rollout_batch(body)
+        except _TooLarge:
+            return answered("submit_batch", _error(413, f"body over {max_body_bytes} bytes"))
+        except BatchTooLarge as exc:
+            return answered("submit_batch", _error(413, str(exc)))
+        except BadBody as exc:
+            return answered("submit_batch", _error(422, str(exc)))
+        answers = rollouts.admit_batch(items)
+        settings = rollouts.settings
+        reply = {
+            "answers": answers,
+            "result_wait_timeout_sec": settings.result_wait_sec,
+            "polling_lease_timeout_sec": settings.lease_sec,
+        }
+        return answered("submit_batch", WireJSON(reply))
+
+    async def results_batch(request: Request) -> Response:
+        try:
+            body = await _read_body(request, max_body_bytes)
+            leases = parse_lease_batch(body)
+        except _TooLarge:
+            return answered("results_batch", _error(413, f"body over {max_body_bytes} bytes"))
+        except BatchTooLarge as exc:
+            return answered("results_batch", _error(413, str(exc)))
+        except BadBody as exc:
+            return answered("results_batch", _error(422, str(exc)))
+        return answered("results_batch", WireJSON(await rollouts.results_batch(leases)))
+
     async def health(request: Request) -> Response:
-        return answered("health", WireJSON(rollouts.health(backend_health())))
+        payload = rollouts.health(backend_health())
+        if batch:
+            payload["batch"] = {"max_items": MAX_BATCH_ITEMS}
+        return answered("health", WireJSON(payload))
 
     async def metrics(request: Request) -> Response:
         text = rollouts.metrics.render(rollouts.health(backend_health()))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    batch_routes = [
+        Route("/rollouts", submit_batch, methods=["POST"]),
+        Route("/rollouts/results", results_batch, methods=["POST"]),
+    ]
     app: ASGIApp = Starlette(
         routes=[
+            *(batch_routes if batch else []),
             Route("/rollout", submit, methods=["POST"]),
             Route("/rollout/cancel", cancel, methods=["POST"]),
             Route("/rollout/{rollout_id:str}/result", result, methods=["GET"]),

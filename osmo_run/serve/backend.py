@@ -22,17 +22,22 @@ from osmo_run.backends.base import (
 )
 from osmo_run.run.writing.masking import SecretMask
 from osmo_run.run.writing.output import OutputWriter
+from osmo_run.sdk.rollout import AbandonHandler
 from osmo_run.sdk.types import ErrorCategory, ExecutionRequest, ExecutionResult
 from osmo_run.serve.rollouts import KeptAt, ServedRollouts
 
 
 class ServedBackend(ExecutionBackend):
-    """``inner`` (the run's backend) reporting to ``rollouts``."""
+    """``inner`` (the run's backend) reporting to ``rollouts``. The runner's direct path
+    (:meth:`run_rollout`) goes to ``inner``'s own, so a served rollout runs as
+    ``osmo-run local`` runs a row (the local backend: its phases in the runner's worker,
+    no task per phase)."""
 
     def __init__(self, inner: ExecutionBackend, rollouts: ServedRollouts) -> None:
         self.inner = inner
         self._rollouts = rollouts
         self.cancel_grace_sec = inner.cancel_grace_sec
+        self.runs_code_in_caller = inner.runs_code_in_caller
 
     @property
     def max_concurrency(self) -> int:
@@ -59,6 +64,33 @@ class ServedBackend(ExecutionBackend):
             await self.inner.execute(request, on_workflow_complete, on_grader_complete)
         finally:
             self._rollouts.stopped(request.id)
+
+    async def run_rollout(
+        self, request: ExecutionRequest, on_abandon: AbandonHandler | None = None
+    ) -> ExecutionResult:
+        """``inner``'s direct path, told to the served rollouts as :meth:`execute` tells
+        them; a rollout cancelled before it started ends at once as ``cancelled``."""
+        reason = self._rollouts.gate.take(request.id)
+        if reason is not None:
+            return ExecutionResult.failure(request.id, ErrorCategory.CANCELLED, reason, None)
+        noted = request.id in self._rollouts.rerun_without_key
+        if noted and on_abandon is not None:
+            hand_on = on_abandon
+
+            def on_abandon_noted(timed_out: ExecutionResult) -> None:
+                if KEY_NOT_KEPT not in timed_out.warnings:
+                    timed_out.warnings.append(KEY_NOT_KEPT)
+                hand_on(timed_out)
+
+            on_abandon = on_abandon_noted
+        self._rollouts.started(request.id)
+        try:
+            result = await self.inner.run_rollout(request, on_abandon)
+        finally:
+            self._rollouts.stopped(request.id)
+        if noted and KEY_NOT_KEPT not in result.warnings:
+            result.warnings.append(KEY_NOT_KEPT)
+        return result
 
     def health(self) -> dict[str, Any]:
         return self.inner.health()

@@ -35,6 +35,11 @@ MAX_ID_CHARS = 512
 MAX_JSON_DEPTH = 64
 """Bodies nested deeper are refused before they are decoded (a stack-exhausting body)."""
 
+MAX_BATCH_ITEMS = 4096
+"""The most rollouts one ``POST /rollouts`` admits, and leases one ``POST /rollouts/results``
+reads: a request's work stays bounded (a batch over it is a 413), while a trainer's 1,000
+rollouts in flight fit in one."""
+
 WIRE_CATEGORIES: dict[ErrorCategory, str] = {
     ErrorCategory.TIMEOUT: "timeout",
     ErrorCategory.VALIDATION_ERROR: "validation_error",
@@ -124,9 +129,10 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _decode(body: bytes) -> object:
-    """``body`` as JSON; :class:`BadBody` for anything else, nesting deeper than
-    :data:`MAX_JSON_DEPTH` included."""
+def _decode(body: bytes, limit: int = MAX_JSON_DEPTH, too_deep: str | None = None) -> object:
+    """``body`` as JSON; :class:`BadBody` for anything else, nesting deeper than ``limit``
+    (:data:`MAX_JSON_DEPTH`) included (``too_deep`` is that refusal's line)."""
+    too_deep = too_deep or f"body: JSON nested deeper than {limit} levels"
     try:
         data = json.loads(body)
     except UnicodeDecodeError:
@@ -135,9 +141,9 @@ def _decode(body: bytes) -> object:
         where = f"line {exc.lineno} column {exc.colno}"
         raise BadBody(f"body: not valid JSON ({exc.msg} at {where})") from None
     except RecursionError:
-        raise BadBody(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    if _depth_over(data, MAX_JSON_DEPTH):
-        raise BadBody(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        raise BadBody(too_deep) from None
+    if _depth_over(data, limit):
+        raise BadBody(too_deep)
     return data
 
 
@@ -163,7 +169,10 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def _parse(model: type[Model], body: bytes) -> Model:
-    data = _decode(body)
+    return _validate(model, _decode(body))
+
+
+def _validate(model: type[Model], data: object) -> Model:
     if not isinstance(data, dict):
         raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
     try:
@@ -190,6 +199,60 @@ def first_problem(exc: ValidationError) -> str:
 def parse_rollout_request(body: bytes) -> RolloutRequest:
     """The ``POST /rollout`` body; :class:`BadBody` naming the first bad field."""
     return _parse(RolloutRequest, body)
+
+
+class BatchTooLarge(ValueError):
+    """A batch of more than :data:`MAX_BATCH_ITEMS` items (a 413): its one-line reason."""
+
+
+BatchItem = tuple[str | None, RolloutRequest | BadBody]
+"""One item of a batch: the rollout id it names (``None`` when it names none as a string),
+and its request or why it is not one."""
+
+
+def parse_rollout_batch(body: bytes) -> list[BatchItem]:
+    """``POST /rollouts``'s body, ``{"rollouts": [<a POST /rollout body>, ...]}``: each item
+    validated exactly as :func:`parse_rollout_request` validates a body, a bad one as its
+    :class:`BadBody` in its place (the others stand). :class:`BadBody` for a body of
+    another shape; :class:`BatchTooLarge` beyond :data:`MAX_BATCH_ITEMS` items."""
+    too_deep = f"rollouts: an item nests JSON deeper than {MAX_JSON_DEPTH} levels"
+    data = _decode(body, MAX_JSON_DEPTH + 2, too_deep)  # an item nests as a single body may
+    if not isinstance(data, dict):
+        raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
+    items = data.get("rollouts")
+    if not isinstance(items, list):
+        raise BadBody("rollouts: must be an array of POST /rollout bodies")
+    if len(items) > MAX_BATCH_ITEMS:
+        raise BatchTooLarge(f"rollouts: at most {MAX_BATCH_ITEMS} items per request")
+    parsed: list[BatchItem] = []
+    for item in items:
+        named = item.get("rollout_id") if isinstance(item, dict) else None
+        rollout_id = named if isinstance(named, str) else None
+        try:
+            parsed.append((rollout_id, _validate(RolloutRequest, item)))
+        except BadBody as exc:
+            parsed.append((rollout_id, exc))
+    return parsed
+
+
+def parse_lease_batch(body: bytes) -> dict[str, str]:
+    """``POST /rollouts/results``'s body, ``{"leases": {"<rollout_id>": "<token>", ...}}``
+    (at least one, at most :data:`MAX_BATCH_ITEMS`). :class:`BadBody` for another shape;
+    :class:`BatchTooLarge` beyond the bound."""
+    data = _decode(body)
+    if not isinstance(data, dict):
+        raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
+    leases = data.get("leases")
+    if not isinstance(leases, dict):
+        raise BadBody("leases: must be an object of rollout_id to polling lease token")
+    if len(leases) > MAX_BATCH_ITEMS:
+        raise BatchTooLarge(f"leases: at most {MAX_BATCH_ITEMS} per request")
+    if not leases:
+        raise BadBody("leases: must name at least one rollout")
+    for token in leases.values():
+        if not isinstance(token, str) or not token:
+            raise BadBody("leases: each token must be a non-empty string")
+    return leases
 
 
 def parse_cancel_request(body: bytes) -> CancelRequest:

@@ -39,6 +39,8 @@ from osmo_run.serve.leases import Lease, lease_matches, new_lease
 from osmo_run.serve.metrics import ServeMetrics
 from osmo_run.serve.protocol import (
     LEASE_EXPIRED_MESSAGE,
+    BadBody,
+    BatchItem,
     RolloutRequest,
     admission_answer,
     cancelled_answer,
@@ -200,6 +202,8 @@ class ServedRollouts:
         self._queued = 0
         self._ahead: deque[WorkItem] = deque()
         """Rollouts cancelled while queued: handed to the runner first, to be recorded."""
+        self._watchers: dict[str, list[asyncio.Future[None]]] = {}
+        """Batch result polls waiting on a rollout's terminal answer, by its id."""
         self._waiters: deque[asyncio.Future[None]] = deque()
         """Free workers of the runner waiting in :meth:`take`, longest-waiting first."""
         self._ended = False
@@ -295,6 +299,41 @@ class ServedRollouts:
         return admission_answer(
             rollout_id, token, self.settings.result_wait_sec, self.settings.lease_sec
         )
+
+    def admit_batch(self, items: list[BatchItem]) -> list[dict[str, Any]]:
+        """Admit each item in order exactly as :meth:`admit` admits one request; each one's
+        answer: ``{"rollout_id", "status": 202, "polling_lease_token"}``, or its refusal
+        ``{"rollout_id", "status": 409|422|429|503, "detail"}`` (a 429 with its
+        ``retry_after_sec``). After a 503, the items left are refused alike (the server
+        stopped admitting, or could not record an admission)."""
+        answers: list[dict[str, Any]] = []
+        stopped: Refused | None = None
+        for rollout_id, request in items:
+            if isinstance(request, BadBody):
+                answers.append({"rollout_id": rollout_id, "status": 422, "detail": str(request)})
+                continue
+            refusal = stopped
+            if refusal is None:
+                try:
+                    admitted = self.admit(request)
+                except Refused as exc:
+                    refusal = exc
+                    stopped = exc if exc.status == 503 else None
+                else:
+                    token = admitted["polling_lease_token"]
+                    answers.append(
+                        {"rollout_id": rollout_id, "status": 202, "polling_lease_token": token}
+                    )
+                    continue
+            answer: dict[str, Any] = {
+                "rollout_id": rollout_id,
+                "status": refusal.status,
+                "detail": refusal.detail,
+            }
+            if "Retry-After" in refusal.headers:
+                answer["retry_after_sec"] = int(refusal.headers["Retry-After"])
+            answers.append(answer)
+        return answers
 
     def _work_item(self, request: RolloutRequest) -> WorkItem:
         settings = self.settings
@@ -457,6 +496,10 @@ class ServedRollouts:
         if entry.changed is not None:  # wakes the long-polls waiting for a change
             entry.changed.set()
             entry.changed = None
+        if entry.ended:  # wakes the batched polls waiting on it
+            for watcher in self._watchers.pop(entry.rollout_id, ()):
+                if not watcher.done():
+                    watcher.set_result(None)
 
     def restore(self, record: dict[str, Any], kept: KeptAt | None = None) -> bool:
         """Serve again a rollout a results file holds (``--resume``): its id stays taken and
@@ -604,6 +647,71 @@ class ServedRollouts:
         if self.settings.capture_tokens:
             answer["turns"] = turns if isinstance(turns, list) else []
         return answer
+
+    async def results_batch(self, leases: dict[str, str]) -> dict[str, Any]:
+        """Read many rollouts at once, each as :meth:`result` reads one (its lease renewed
+        while unfinished, a lapsed one ended), answering as soon as one has its terminal
+        answer, else after ``result_wait_sec``: ``{"finished": [<terminal answer>...],
+        "pending": [<id>...], "refused": [{"rollout_id", "status": 403|404, "detail"}...]}``.
+        """
+        finished: list[dict[str, Any]] = []
+        refused: list[dict[str, Any]] = []
+        waiting: list[Served] = []
+        now = self._clock()
+        for rollout_id, token in leases.items():
+            try:
+                entry = self._authenticated(rollout_id, token)
+            except Refused as exc:
+                refused.append(
+                    {"rollout_id": rollout_id, "status": exc.status, "detail": exc.detail}
+                )
+                continue
+            if not entry.ended and not entry.lease.renew(now):
+                self._expire(entry)
+            if entry.ended:
+                self._take_answer(entry, finished, refused)
+            else:
+                waiting.append(entry)
+        if waiting and not finished:
+            await self._any_finished(waiting)
+        pending: list[str] = []
+        for entry in waiting:
+            if entry.ended:
+                self._take_answer(entry, finished, refused)
+            else:
+                pending.append(entry.rollout_id)
+        return {"finished": finished, "pending": pending, "refused": refused}
+
+    def _take_answer(
+        self, entry: Served, finished: list[dict[str, Any]], refused: list[dict[str, Any]]
+    ) -> None:
+        """Add an ended rollout's answer to ``finished``, or to ``refused`` the 500 of one
+        its results line no longer holds."""
+        try:
+            finished.append(self._answer(entry))
+        except Refused as exc:
+            refused.append(
+                {"rollout_id": entry.rollout_id, "status": exc.status, "detail": exc.detail}
+            )
+
+    async def _any_finished(self, entries: list[Served]) -> None:
+        """Wait until one of ``entries`` has its terminal answer, or ``result_wait_sec``."""
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for entry in entries:
+            self._watchers.setdefault(entry.rollout_id, []).append(woken)
+        try:
+            async with asyncio.timeout(self.settings.result_wait_sec):
+                await woken
+        except TimeoutError:
+            pass
+        finally:
+            for entry in entries:
+                watchers = self._watchers.get(entry.rollout_id)
+                if watchers is not None:
+                    with contextlib.suppress(ValueError):
+                        watchers.remove(woken)
+                    if not watchers:
+                        del self._watchers[entry.rollout_id]
 
     def _authenticated(self, rollout_id: str, token: str) -> Served:
         entry = self._entries.get(rollout_id)

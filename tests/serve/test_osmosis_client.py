@@ -100,3 +100,54 @@ def test_osmosis_rollout_client_drives_osmo_run_serve_unchanged(
     (slow,) = [line for line in lines if line["rollout_id"] == "slow-1"]
     assert slow["status"] == "cancelled"
     assert slow["error_message"] == "cancelled by POST /rollout/cancel"
+
+
+OSMOSIS_SERVER = REPO / "bench" / "workloads" / "osmosis_server.py"
+
+
+def test_osmo_run_client_drives_osmosis_own_server_one_request_per_rollout(
+    tmp_path: Path,
+) -> None:
+    """osmosis's server has no batch routes (its /health says nothing of them):
+    ``osmo_run.client`` falls back to its per-rollout protocol and gets every result."""
+    import asyncio
+    import socket
+
+    from osmo_run.client import Rollout, ServeClient
+
+    python = _osmosis_python()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [str(python), str(OSMOSIS_SERVER), "--port", str(port), "--workflow", "noop",
+         "--concurrency", "4"],
+        cwd=tmp_path, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        health = httpx.get(f"{url}/health", timeout=5).json()
+
+        async def trainer() -> list[tuple[str, str, float | None]]:
+            rollouts = [
+                Rollout(f"o{k}", [{"role": "user", "content": "2+2"}], "http://127.0.0.1:9/v1",
+                        label="4" if k % 2 else "5")
+                for k in range(10)
+            ]  # fmt: skip
+            async with ServeClient(url) as client:
+                results = [r async for r in client.run_batch(rollouts)]
+            return sorted((r.rollout_id, r.status, r.reward) for r in results)
+
+        got = asyncio.run(asyncio.wait_for(trainer(), 120))
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(30)
+    assert "batch" not in health
+    assert got == sorted((f"o{k}", "success", 1.0 if k % 2 else 0.0) for k in range(10))
