@@ -163,6 +163,11 @@ def test_a_result_read_again_is_the_first_reads_body_turns_and_masking_included(
                 first = firsts[rid] = _wire(await run.rollouts.result(rid, token))
                 for _ in range(2):
                     assert _wire(await run.rollouts.result(rid, token)) == first, rid
+            for _ in range(2):  # osmo-run's batched read answers each with the same body
+                batch = await run.rollouts.results_batch(tokens)
+                assert batch["pending"] == batch["refused"] == []
+                again = {answer["rollout_id"]: _wire(answer) for answer in batch["finished"]}
+                assert again == firsts
                 answer = json.loads(first)
                 assert secret not in first.decode("utf-8", "replace")
                 assert answer["status"] == "success", rid
