@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -120,6 +120,7 @@ class _BearerAuth:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+T = TypeVar("T")
 
 
 def create_app(
@@ -142,15 +143,26 @@ def create_app(
             on_request(route, response.status_code)
         return response
 
-    async def submit(request: Request) -> Response:
+    async def parsed_body(
+        route: str, request: Request, parse: Callable[[bytes], T]
+    ) -> T | Response:
+        """The body as ``parse`` reads it, or the refusal to answer: 413 over the size
+        limit or a batch's item bound, 422 naming what is wrong."""
         try:
-            body = await _read_body(request, max_body_bytes)
-            parsed = parse_rollout_request(body)
-            reply = rollouts.admit(parsed)
+            return parse(await _read_body(request, max_body_bytes))
         except _TooLarge:
-            return answered("submit", _error(413, f"body over {max_body_bytes} bytes"))
+            return answered(route, _error(413, f"body over {max_body_bytes} bytes"))
+        except BatchTooLarge as exc:
+            return answered(route, _error(413, str(exc)))
         except BadBody as exc:
-            return answered("submit", _error(422, str(exc)))
+            return answered(route, _error(422, str(exc)))
+
+    async def submit(request: Request) -> Response:
+        parsed = await parsed_body("submit", request, parse_rollout_request)
+        if isinstance(parsed, Response):
+            return parsed
+        try:
+            reply = rollouts.admit(parsed)
         except Refused as exc:
             return answered("submit", _error(exc.status, exc.detail, exc.headers))
         return answered("submit", WireJSON(reply, status_code=202))
@@ -167,26 +179,16 @@ def create_app(
         return answered("result", WireJSON(reply))
 
     async def cancel(request: Request) -> Response:
-        try:
-            body = await _read_body(request, max_body_bytes)
-            parsed = parse_cancel_request(body)
-        except _TooLarge:
-            return answered("cancel", _error(413, f"body over {max_body_bytes} bytes"))
-        except BadBody as exc:
-            return answered("cancel", _error(422, str(exc)))
+        parsed = await parsed_body("cancel", request, parse_cancel_request)
+        if isinstance(parsed, Response):
+            return parsed
         dispositions = rollouts.cancel(parsed.ids, parsed.prefix, parsed.all)
         return answered("cancel", WireJSON({"dispositions": dispositions}))
 
     async def submit_batch(request: Request) -> Response:
-        try:
-            body = await _read_body(request, max_body_bytes)
-            items = parse_rollout_batch(body)
-        except _TooLarge:
-            return answered("submit_batch", _error(413, f"body over {max_body_bytes} bytes"))
-        except BatchTooLarge as exc:
-            return answered("submit_batch", _error(413, str(exc)))
-        except BadBody as exc:
-            return answered("submit_batch", _error(422, str(exc)))
+        items = await parsed_body("submit_batch", request, parse_rollout_batch)
+        if isinstance(items, Response):
+            return items
         answers = rollouts.admit_batch(items)
         settings = rollouts.settings
         reply = {
@@ -197,15 +199,9 @@ def create_app(
         return answered("submit_batch", WireJSON(reply))
 
     async def results_batch(request: Request) -> Response:
-        try:
-            body = await _read_body(request, max_body_bytes)
-            leases = parse_lease_batch(body)
-        except _TooLarge:
-            return answered("results_batch", _error(413, f"body over {max_body_bytes} bytes"))
-        except BatchTooLarge as exc:
-            return answered("results_batch", _error(413, str(exc)))
-        except BadBody as exc:
-            return answered("results_batch", _error(422, str(exc)))
+        leases = await parsed_body("results_batch", request, parse_lease_batch)
+        if isinstance(leases, Response):
+            return leases
         return answered("results_batch", WireJSON(await rollouts.results_batch(leases)))
 
     async def health(request: Request) -> Response:
