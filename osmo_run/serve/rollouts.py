@@ -195,6 +195,12 @@ class ServedRollouts:
         self._clock = clock
         self._entries: dict[str, Served] = {}
         self._forgotten: set[str] = set()
+        self._unrecorded: dict[str, Served] = {}
+        """The admitted rollouts the runner has not recorded yet, oldest first: what the
+        sweep checks leases of (a server keeps far more finished ones, for retention)."""
+        self._recorded: deque[Served] = deque()
+        """The recorded rollouts in the order they were recorded (their ``finished_at``):
+        the sweep forgets them from the left once past retention."""
         """Ids whose results retention dropped: still taken (409), no longer readable."""
         self._names: dict[str, str] = {}
         """Safe name -> id: two ids of one file name would share an artifacts directory."""
@@ -289,6 +295,7 @@ class ServedRollouts:
             request=request_fields(request),
         )
         self._entries[rollout_id] = entry
+        self._unrecorded[rollout_id] = entry
         self._names[name] = rollout_id
         self._queue.append(entry)
         self._queued += 1
@@ -361,7 +368,7 @@ class ServedRollouts:
 
     def _oldest_age(self, now: float) -> float:
         """Seconds since the oldest rollout still queued or running was admitted."""
-        for entry in self._entries.values():  # insertion order: oldest first
+        for entry in self._unrecorded.values():  # insertion order: oldest first
             if not entry.ended:
                 return now - entry.admitted_at
         return 0.0
@@ -489,6 +496,8 @@ class ServedRollouts:
         entry.finished_at = now
         entry.item = None
         entry.request = None  # its line is written
+        if self._unrecorded.pop(entry.rollout_id, None) is not None:
+            self._recorded.append(entry)
         self._set_status(entry, result.status)
 
     def _set_status(self, entry: Served, status: RolloutStatus) -> None:
@@ -531,6 +540,7 @@ class ServedRollouts:
             if self.settings.capture_tokens:
                 entry.answer["turns"] = []  # until restore_turns finds its line
         self._entries[rollout_id] = entry
+        self._recorded.append(entry)
         self._names[safe_name(rollout_id)] = rollout_id
         return True
 
@@ -582,6 +592,7 @@ class ServedRollouts:
             request=request_fields(request),
         )
         self._entries[rollout_id] = entry
+        self._unrecorded[rollout_id] = entry
         self._names[safe_name(rollout_id)] = rollout_id
         self._queue.append(entry)
         self._queued += 1
@@ -782,12 +793,14 @@ class ServedRollouts:
         """Expire lapsed leases of unfinished rollouts; forget answers kept longer than
         ``retention_sec`` (their ids stay taken)."""
         now = self._clock()
+        for entry in list(self._unrecorded.values()):
+            if not entry.ended and entry.lease.lapsed(now):
+                self._expire(entry)
+        recorded = self._recorded
         retention = self.settings.retention_sec
-        for entry in list(self._entries.values()):
-            if not entry.ended:
-                if entry.lease.lapsed(now):
-                    self._expire(entry)
-            elif entry.finished_at is not None and now - entry.finished_at >= retention:
+        while recorded and now - (recorded[0].finished_at or now) >= retention:
+            entry = recorded.popleft()
+            if self._entries.get(entry.rollout_id) is entry:
                 del self._entries[entry.rollout_id]
                 self._forgotten.add(entry.rollout_id)
 
@@ -805,7 +818,7 @@ class ServedRollouts:
 
     def active(self) -> int:
         """Rollouts admitted and not finished."""
-        return sum(1 for entry in self._entries.values() if entry.finished_at is None)
+        return len(self._unrecorded)
 
     def health(self, backend_health: dict[str, Any]) -> dict[str, Any]:
         """``GET /health``: the backend's fields, the queue, and osmosis's identity and

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from osmo_run.serve.app import WireJSON
 from osmo_run.serve.protocol import parse_rollout_request
 from osmo_run.serve.rollouts import Refused, ServeSettings
 from osmo_run.serve.session import ServeOptions, ServeRun
+from tests.conftest import read_jsonl
 from tests.serve.harness import body
 from tests.workflows import ScriptedWorkflow
 
@@ -35,11 +37,17 @@ REPLY = "Let us work through it step by step. " * 14  # ~500 characters
 
 
 def _serve_run(
-    tmp_path: Path, *, capture_tokens: bool = False, secrets: tuple[str, ...] = ()
+    tmp_path: Path,
+    *,
+    capture_tokens: bool = False,
+    secrets: tuple[str, ...] = (),
+    retention_sec: float = 900.0,
 ) -> ServeRun:
     config = AgentWorkflowConfig(concurrency=ConcurrencyConfig(max_concurrent=4))
     backend = LocalBackend(ScriptedWorkflow, config, artifacts_root=tmp_path / "artifacts")
-    settings = ServeSettings(max_queued=100_000, capture_tokens=capture_tokens)
+    settings = ServeSettings(
+        max_queued=100_000, capture_tokens=capture_tokens, retention_sec=retention_sec
+    )
     return ServeRun(
         backend, tmp_path / "results.jsonl", settings, ServeOptions(port=0), NullDisplay(),
         secrets=secrets,
@@ -215,6 +223,80 @@ def test_a_result_whose_line_is_gone_answers_500_in_one_line(tmp_path: Path) -> 
                 assert refused.value.status == 500
                 assert "cannot be read again from the results file" in refused.value.detail
                 assert "\n" not in refused.value.detail
+        finally:
+            run.writer.close()
+            run.journal.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_sweep_and_health_cost_no_time_per_finished_rollout_kept(tmp_path: Path) -> None:
+    """A trainer's server keeps every finished rollout for ``retention_sec`` (900 s: at 500
+    rollouts a second, 450,000). The sweep every 0.5 s and each ``/health`` look only at the
+    rollouts still running and the answers due to be forgotten, not at every one kept: their
+    cost with 60,000 kept is about their cost with 600."""
+
+    def best_of(calls: int, action: Any) -> float:
+        times = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            action()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    async def scenario() -> tuple[float, float, float, float]:
+        run = _serve_run(tmp_path)
+        try:
+            await _finish(run, "first")
+            record = read_jsonl(tmp_path / "results.jsonl")[0]
+            rollouts = run.rollouts
+            for index in range(1, 600):
+                assert rollouts.restore({**record, "rollout_id": f"kept-{index}"})
+            sweep_few = best_of(5, rollouts.sweep)
+            health_few = best_of(5, lambda: rollouts.health({}))
+            for index in range(600, 60_000):
+                assert rollouts.restore({**record, "rollout_id": f"kept-{index}"})
+            sweep_many = best_of(5, rollouts.sweep)
+            health_many = best_of(5, lambda: rollouts.health({}))
+            assert rollouts.health({})["lifecycle"]["active_rollouts"] == 0
+            return sweep_few, sweep_many, health_few, health_many
+        finally:
+            run.writer.close()
+            run.journal.close()
+
+    sweep_few, sweep_many, health_few, health_many = asyncio.run(scenario())
+    # 100 times the rollouts kept: a cost that grew with them would be ~100 times as much
+    assert sweep_many < 10 * sweep_few + 0.001, (sweep_few, sweep_many)
+    assert health_many < 10 * health_few + 0.001, (health_few, health_many)
+
+
+def test_an_answer_past_retention_is_forgotten_and_its_id_stays_taken(tmp_path: Path) -> None:
+    """Past ``retention_sec`` a finished rollout's answer is forgotten (404) and its id
+    stays taken (409); one finished later is still read, and a running one is not touched."""
+
+    async def scenario() -> None:
+        run = _serve_run(tmp_path, retention_sec=2.0)
+        rollouts = run.rollouts
+        try:
+            early = await _finish(run, "early")
+            await asyncio.sleep(1.5)
+            late = await _finish(run, "late")
+            running = rollouts.admit(parse_rollout_request(json.dumps(body("running")).encode()))[
+                "polling_lease_token"
+            ]
+            await asyncio.sleep(0.6)  # "early" is past retention, "late" is not
+            rollouts.sweep()
+            with pytest.raises(Refused) as forgotten:
+                await rollouts.result("early", early)
+            assert forgotten.value.status == 404
+            with pytest.raises(Refused) as taken:
+                rollouts.admit(parse_rollout_request(json.dumps(body("early")).encode()))
+            assert taken.value.status == 409
+            assert (await rollouts.result("late", late))["status"] == "success"
+            assert rollouts.health({})["lifecycle"]["active_rollouts"] == 1
+            rollouts.sweep()
+            assert rollouts.cancel(["running"]) == {"running": "cancelled_queued"}
+            assert (await rollouts.result("running", running))["status"] == "cancelled"
         finally:
             run.writer.close()
             run.journal.close()
