@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +175,9 @@ class ServedWriter(OutputWriter):
             self._mask = SecretMask(self._secrets)
 
     def record_line(self, record: dict[str, Any]) -> str:
-        """The record's line (masked), with ``served``, ``lease_sha256`` and ``request`` (the
-        trainer's request without its prompt or key) added to a rollout's own record."""
+        """The record's line (masked), with ``served``, ``lease_sha256``, ``request`` (the
+        trainer's request without its prompt or key) and ``recorded_unix`` (now) added to a
+        rollout's own record."""
         if self.rollouts is not None:
             rollout_id = str(record.get("rollout_id"))
             record = {
@@ -183,6 +185,7 @@ class ServedWriter(OutputWriter):
                 "served": True,
                 "lease_sha256": self.rollouts.lease_digest(rollout_id),
                 "request": self.rollouts.request_fields(rollout_id),
+                "recorded_unix": round(time.time(), 3),
             }
         return super().record_line(record)
 

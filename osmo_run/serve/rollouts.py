@@ -185,6 +185,7 @@ class ServedRollouts:
         *,
         first_index: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         journal: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if settings.lease_sec <= settings.result_wait_sec:
@@ -193,6 +194,7 @@ class ServedRollouts:
         self._add_secret = add_secret
         self._journal = journal
         self._clock = clock
+        self._wall_clock = wall_clock
         self._entries: dict[str, Served] = {}
         self._forgotten: set[str] = set()
         self._unrecorded: dict[str, Served] = {}
@@ -512,13 +514,28 @@ class ServedRollouts:
 
     def restore(self, record: dict[str, Any], kept: KeptAt | None = None) -> bool:
         """Serve again a rollout a results file holds (``--resume``): its id stays taken and
-        its answer readable with its original lease token, read back from ``kept`` (where
-        ``record``'s line is) when given, else held in memory. ``False`` for a record
-        without a lease hash, or an id restored already (its first line is kept)."""
+        its answer readable with its original lease token for what is left of its retention
+        (from the line's ``recorded_unix``), read back from ``kept`` (where ``record``'s
+        line is) when given, else held in memory. A line past retention only keeps its id
+        taken: a restart after days of serving holds no answer nobody may read. ``False``
+        for a record without a lease hash, or an id restored already (its first line is
+        kept)."""
         rollout_id = str(record.get("rollout_id"))
         digest = record.get("lease_sha256")
-        if not isinstance(digest, str) or rollout_id in self._entries:
+        if (
+            not isinstance(digest, str)
+            or rollout_id in self._entries
+            or rollout_id in self._forgotten
+        ):
             return False
+        recorded = record.get("recorded_unix")
+        age = 0.0
+        if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+            age = max(self._wall_clock() - recorded, 0.0)
+        if age >= self.settings.retention_sec:
+            self._forgotten.add(rollout_id)
+            self._names[safe_name(rollout_id)] = rollout_id
+            return True
         now = self._clock()
         request = record.get("request") if isinstance(record.get("request"), dict) else {}
         label = request.get("label") if isinstance(request, dict) else None
@@ -531,7 +548,7 @@ class ServedRollouts:
             now,
             status=result.status,
             in_queue=False,
-            finished_at=now,
+            finished_at=now - age,
         )
         if kept is not None and self.lines is not None:
             entry.kept = kept
@@ -573,8 +590,8 @@ class ServedRollouts:
         digest = admitted.get("lease_sha256")
         if not isinstance(rollout_id, str) or not isinstance(digest, str):
             return False
-        if rollout_id in self._entries:
-            return False
+        if rollout_id in self._entries or rollout_id in self._forgotten:
+            return False  # finished: restored, or past retention with its id kept
         try:
             request = RolloutRequest.model_validate(admitted)
         except ValueError:

@@ -302,3 +302,55 @@ def test_an_answer_past_retention_is_forgotten_and_its_id_stays_taken(tmp_path: 
             run.journal.close()
 
     asyncio.run(scenario())
+
+
+def test_resume_keeps_an_answer_only_for_what_is_left_of_its_retention(tmp_path: Path) -> None:
+    """``--resume`` after a long serve: a line recorded longer than ``retention_sec`` ago
+    keeps only its id taken (404 to its token, 409 to the id, never run again from the
+    admissions journal), not an answer in memory; one recorded within it is read for what
+    is left of its retention, then forgotten as well."""
+
+    async def first() -> dict[str, str]:
+        run = _serve_run(tmp_path, retention_sec=4.0)
+        try:
+            return {rid: await _finish(run, rid) for rid in ("old", "recent")}
+        finally:
+            run.writer.close()
+            run.journal.close()
+
+    tokens = asyncio.run(first())
+    results = tmp_path / "results.jsonl"
+    lines = read_jsonl(results)
+    assert all(isinstance(line["recorded_unix"], float) for line in lines)
+    ago = {"old": 10.0, "recent": 2.0}  # as if the server had served them that long ago
+    results.write_text(
+        "".join(
+            json.dumps({**line, "recorded_unix": line["recorded_unix"] - ago[line["rollout_id"]]})
+            + "\n"
+            for line in lines
+        )
+    )
+
+    async def resumed() -> None:
+        run = _serve_run(tmp_path, retention_sec=4.0)
+        rollouts = run.rollouts
+        try:
+            assert run.restore(results) == (2, 0)  # none queued again from the journal
+            assert not rollouts.restored("old") and rollouts.restored("recent")
+            with pytest.raises(Refused) as gone:
+                await rollouts.result("old", tokens["old"])
+            assert gone.value.status == 404
+            with pytest.raises(Refused) as taken:
+                rollouts.admit(parse_rollout_request(json.dumps(body("old")).encode()))
+            assert taken.value.status == 409
+            assert (await rollouts.result("recent", tokens["recent"]))["status"] == "success"
+            await asyncio.sleep(2.3)  # past the 2 s of its retention it had left
+            rollouts.sweep()
+            with pytest.raises(Refused) as forgotten:
+                await rollouts.result("recent", tokens["recent"])
+            assert forgotten.value.status == 404
+        finally:
+            run.writer.close()
+            run.journal.close()
+
+    asyncio.run(resumed())

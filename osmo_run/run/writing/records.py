@@ -100,6 +100,9 @@ class OutputRecord(BaseModel):
     request: dict[str, Any] | None = None
     """``osmo-run serve``: the trainer's request (label, metadata, grade, timeouts, model
     URL), without its prompt (the sample holds it) or its model key."""
+    recorded_unix: float | None = None
+    """``osmo-run serve``: when the line was written (seconds since the epoch), so a
+    restarted server keeps the answer only for what is left of its retention."""
 
 
 def record_problem(record: object) -> str | None:
