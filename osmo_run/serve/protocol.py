@@ -210,6 +210,22 @@ BatchItem = tuple[str | None, RolloutRequest | BadBody]
 and its request or why it is not one."""
 
 
+def _batch_field(
+    data: object, name: str, kind: type[list[Any]] | type[dict[str, Any]], what: str
+) -> Any:
+    """A batch body's one field ``name``, of ``kind``: :class:`BadBody` for a body or field
+    of another shape (``what`` says the field's), :class:`BatchTooLarge` beyond
+    :data:`MAX_BATCH_ITEMS` items."""
+    if not isinstance(data, dict):
+        raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
+    value = data.get(name)
+    if not isinstance(value, kind):
+        raise BadBody(f"{name}: must be {what}")
+    if len(value) > MAX_BATCH_ITEMS:
+        raise BatchTooLarge(f"{name}: at most {MAX_BATCH_ITEMS} items per request")
+    return value
+
+
 def parse_rollout_batch(body: bytes) -> list[BatchItem]:
     """``POST /rollouts``'s body, ``{"rollouts": [<a POST /rollout body>, ...]}``: each item
     validated exactly as :func:`parse_rollout_request` validates a body, a bad one as its
@@ -217,13 +233,7 @@ def parse_rollout_batch(body: bytes) -> list[BatchItem]:
     another shape; :class:`BatchTooLarge` beyond :data:`MAX_BATCH_ITEMS` items."""
     too_deep = f"rollouts: an item nests JSON deeper than {MAX_JSON_DEPTH} levels"
     data = _decode(body, MAX_JSON_DEPTH + 2, too_deep)  # an item nests as a single body may
-    if not isinstance(data, dict):
-        raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
-    items = data.get("rollouts")
-    if not isinstance(items, list):
-        raise BadBody("rollouts: must be an array of POST /rollout bodies")
-    if len(items) > MAX_BATCH_ITEMS:
-        raise BatchTooLarge(f"rollouts: at most {MAX_BATCH_ITEMS} items per request")
+    items: list[Any] = _batch_field(data, "rollouts", list, "an array of POST /rollout bodies")
     parsed: list[BatchItem] = []
     for item in items:
         named = item.get("rollout_id") if isinstance(item, dict) else None
@@ -239,14 +249,8 @@ def parse_lease_batch(body: bytes) -> dict[str, str]:
     """``POST /rollouts/results``'s body, ``{"leases": {"<rollout_id>": "<token>", ...}}``
     (at least one, at most :data:`MAX_BATCH_ITEMS`). :class:`BadBody` for another shape;
     :class:`BatchTooLarge` beyond the bound."""
-    data = _decode(body)
-    if not isinstance(data, dict):
-        raise BadBody(f"body: must be a JSON object, got {_json_type(data)}")
-    leases = data.get("leases")
-    if not isinstance(leases, dict):
-        raise BadBody("leases: must be an object of rollout_id to polling lease token")
-    if len(leases) > MAX_BATCH_ITEMS:
-        raise BatchTooLarge(f"leases: at most {MAX_BATCH_ITEMS} per request")
+    what = "an object of rollout_id to polling lease token"
+    leases: dict[str, Any] = _batch_field(_decode(body), "leases", dict, what)
     if not leases:
         raise BadBody("leases: must name at least one rollout")
     for token in leases.values():
