@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from osmo_run.backends.base import (
     ExecutionBackend,
@@ -76,21 +77,14 @@ class ServedBackend(ExecutionBackend):
             return ExecutionResult.failure(request.id, ErrorCategory.CANCELLED, reason, None)
         noted = request.id in self._rollouts.rerun_without_key
         if noted and on_abandon is not None:
-            hand_on = on_abandon
-
-            def on_abandon_noted(timed_out: ExecutionResult) -> None:
-                if KEY_NOT_KEPT not in timed_out.warnings:
-                    timed_out.warnings.append(KEY_NOT_KEPT)
-                hand_on(timed_out)
-
-            on_abandon = on_abandon_noted
+            on_abandon = _noting(on_abandon, KEY_NOT_KEPT)
         self._rollouts.started(request.id)
         try:
             result = await self.inner.run_rollout(request, on_abandon)
         finally:
             self._rollouts.stopped(request.id)
-        if noted and KEY_NOT_KEPT not in result.warnings:
-            result.warnings.append(KEY_NOT_KEPT)
+        if noted:
+            _note(result, KEY_NOT_KEPT)
         return result
 
     def health(self) -> dict[str, Any]:
@@ -123,12 +117,23 @@ KEY_NOT_KEPT = (
 )
 
 
-def _noting(callback: ResultCallback, warning: str) -> ResultCallback:
-    """``callback`` with ``warning`` added to the result it is handed."""
+def _note(result: ExecutionResult, warning: str) -> None:
+    """Add ``warning`` to ``result``'s warnings, once."""
+    if warning not in result.warnings:
+        result.warnings.append(warning)
 
-    def noted(result: ExecutionResult) -> Any:
-        if warning not in result.warnings:
-            result.warnings.append(warning)
+
+Returned = TypeVar("Returned")
+
+
+def _noting(
+    callback: Callable[[ExecutionResult], Returned], warning: str
+) -> Callable[[ExecutionResult], Returned]:
+    """``callback`` (a result callback, an abandon handler) with ``warning`` added to the
+    result it is handed."""
+
+    def noted(result: ExecutionResult) -> Returned:
+        _note(result, warning)
         return callback(result)
 
     return noted

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 import uuid
@@ -530,7 +531,9 @@ class ServedRollouts:
             return False
         recorded = record.get("recorded_unix")
         age = 0.0
-        if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+        if isinstance(recorded, (int, float)) and math.isfinite(recorded):
+            # a line's time, not a NaN a hand (or hostile) edit left: a NaN age would keep
+            # its answer, and every one recorded after it, from ever being forgotten
             age = max(self._wall_clock() - recorded, 0.0)
         if age >= self.settings.retention_sec:
             self._forgotten.add(rollout_id)
@@ -813,6 +816,8 @@ class ServedRollouts:
         for entry in list(self._unrecorded.values()):
             if not entry.ended and entry.lease.lapsed(now):
                 self._expire(entry)
+        # recorded in order of finishing: the oldest first (a line restored out of order,
+        # its clock edited, waits at most one retention behind the one before it)
         recorded = self._recorded
         retention = self.settings.retention_sec
         while recorded and now - (recorded[0].finished_at or now) >= retention:

@@ -354,3 +354,43 @@ def test_resume_keeps_an_answer_only_for_what_is_left_of_its_retention(tmp_path:
             run.journal.close()
 
     asyncio.run(resumed())
+
+
+def test_a_resumed_line_whose_time_is_nan_is_still_forgotten_after_retention(
+    tmp_path: Path,
+) -> None:
+    """A results line edited to ``"recorded_unix": NaN`` (the results file is the user's):
+    its answer is kept a retention from the restart, then forgotten, and does not hold back
+    the ones recorded after it."""
+
+    async def first() -> dict[str, str]:
+        run = _serve_run(tmp_path, retention_sec=2.0)
+        try:
+            return {rid: await _finish(run, rid) for rid in ("edited", "after")}
+        finally:
+            run.writer.close()
+            run.journal.close()
+
+    tokens = asyncio.run(first())
+    results = tmp_path / "results.jsonl"
+    lines = read_jsonl(results)
+    lines[0]["recorded_unix"] = float("nan")
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    async def resumed() -> None:
+        run = _serve_run(tmp_path, retention_sec=2.0)
+        rollouts = run.rollouts
+        try:
+            assert run.restore(results) == (2, 0)
+            assert rollouts.restored("edited") and rollouts.restored("after")
+            await asyncio.sleep(2.3)
+            rollouts.sweep()
+            for rollout_id, token in tokens.items():
+                with pytest.raises(Refused) as forgotten:
+                    await rollouts.result(rollout_id, token)
+                assert forgotten.value.status == 404, rollout_id
+        finally:
+            run.writer.close()
+            run.journal.close()
+
+    asyncio.run(resumed())
